@@ -1,0 +1,5 @@
+"""`python -m crossbeat` runs the CLI."""
+
+from crossbeat.cli.main import main
+
+main()

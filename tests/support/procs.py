@@ -1,0 +1,116 @@
+"""Starting our own servers as real subprocesses on port 0, for integration tests.
+
+Convention every crossbeat server follows: once it is bound and ready it prints one line
+`crossbeat <service> listening on <scheme>://<host>:<port>` to stdout and flushes.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+LISTEN_RE = re.compile(r"crossbeat (\S+) listening on (\S+)://([^\s:]+):(\d+)")
+
+
+@dataclass
+class Service:
+    """A running crossbeat server process and where it listens."""
+
+    proc: subprocess.Popen[str]
+    scheme: str
+    host: str
+    port: int
+    output: list[str] = field(default_factory=list)
+
+    @property
+    def url(self) -> str:
+        return f"{self.scheme}://{self.host}:{self.port}"
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash would: nothing gets a chance to flush."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(timeout=30)
+
+    def stop(self, timeout: float = 20) -> int:
+        """SIGTERM and wait; SIGKILL if it does not exit in `timeout` seconds."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=30)
+        return self.proc.returncode
+
+
+def start_service(
+    args: Sequence[str], *, env: dict[str, str] | None = None, timeout: float = 60
+) -> Service:
+    """Run `crossbeat ARGS…` and wait (bounded) for its listening line."""
+    full_env = dict(os.environ)
+    full_env.update(env or {})
+    full_env.setdefault("PYTHONUNBUFFERED", "1")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "crossbeat", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=full_env,
+    )
+    lines: queue.Queue[str | None] = queue.Queue()
+    output: list[str] = []
+
+    def pump() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            output.append(line)
+            lines.put(line)
+        lines.put(None)
+
+    threading.Thread(target=pump, daemon=True).start()
+    deadline = time.monotonic() + timeout
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            proc.kill()
+            raise TimeoutError(f"crossbeat {args[0]} did not start:\n{''.join(output)}")
+        try:
+            line = lines.get(timeout=remaining)
+        except queue.Empty:
+            continue
+        if line is None:
+            proc.wait(timeout=10)
+            raise RuntimeError(
+                f"crossbeat {args[0]} exited with {proc.returncode}:\n{''.join(output)}"
+            )
+        m = LISTEN_RE.search(line)
+        if m:
+            return Service(proc, m.group(2), m.group(3), int(m.group(4)), output)
+
+
+def wait_until(predicate, timeout: float = 30, interval: float = 0.05, what: str = "condition"):  # type: ignore[no-untyped-def]
+    """Poll `predicate` until it returns a truthy value (returned) or `timeout` passes."""
+    deadline = time.monotonic() + timeout
+    last_exc: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            value = predicate()
+            if value:
+                return value
+        except Exception as exc:  # noqa: BLE001 - keep polling, report the last failure
+            last_exc = exc
+        time.sleep(interval)
+    raise TimeoutError(f"timed out waiting for {what}" + (f": {last_exc!r}" if last_exc else ""))

@@ -1,0 +1,10 @@
+from click.testing import CliRunner
+
+from crossbeat.cli.main import SUBCOMMANDS, cli
+
+
+def test_help_lists_every_subcommand() -> None:
+    result = CliRunner().invoke(cli, ["--help"])
+    assert result.exit_code == 0
+    for name in SUBCOMMANDS:
+        assert name in result.output
