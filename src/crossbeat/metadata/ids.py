@@ -1,0 +1,54 @@
+"""Identifiers: version ids (which also serve as sort keys) and multipart upload ids.
+
+A version id is 26 characters of Crockford base32 (URL-safe): Unix milliseconds (10 chars),
+then a per-process counter (7 chars), then 45 random bits (9 chars). Ids compare as strings in
+the order they were made: within one process strictly increasing, even within one
+millisecond or when the wall clock steps back (we never go below the last id's time).
+Across processes they are time-ordered to the millisecond, the random tail breaking ties.
+"""
+
+from __future__ import annotations
+
+import secrets
+import threading
+import time
+
+_ALPHABET = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"  # Crockford base32: ASCII-sorted
+_lock = threading.Lock()
+_last_ms = 0
+_counter = 0
+
+
+def _b32(value: int, width: int) -> str:
+    chars = []
+    for _ in range(width):
+        chars.append(_ALPHABET[value & 31])
+        value >>= 5
+    return "".join(reversed(chars))
+
+
+def _next_stamp() -> tuple[int, int]:
+    global _last_ms, _counter
+    with _lock:
+        now = time.time_ns() // 1_000_000
+        if now > _last_ms:
+            _last_ms, _counter = now, 0
+        else:
+            # Same millisecond, or the clock stepped back: stay on the last millisecond and
+            # count, so ids stay strictly increasing.
+            _counter += 1
+            if _counter >= 1 << 32:
+                _last_ms, _counter = _last_ms + 1, 0
+        return _last_ms, _counter
+
+
+def new_version_id() -> str:
+    """A new time-ordered, URL-safe version id (26 chars), greater than every earlier one."""
+    ms, counter = _next_stamp()
+    # 10 chars of time (50 bits ≥ 48), 7 of counter (35 bits ≥ 32), 9 of randomness (45 bits).
+    return _b32(ms, 10) + _b32(counter, 7) + _b32(secrets.randbits(45), 9)
+
+
+def new_upload_id() -> str:
+    """A new multipart upload id: time-ordered like version ids, so listing by id is by age."""
+    return new_version_id() + _b32(secrets.randbits(30), 6)

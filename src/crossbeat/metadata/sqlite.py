@@ -1,0 +1,284 @@
+"""The embedded metadata store: one SQLite file in WAL mode, group-committed writes.
+
+Writes go through `GroupCommitWriter` (one thread, one connection, one fsync per batch).
+Reads use one connection per calling thread; WAL lets them run while the writer commits,
+and each read runs in its own read transaction so multi-statement reads see one state.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TypeVar
+
+from crossbeat.metadata import buckets, journal, uploads, versions
+from crossbeat.metadata.codec import check_text
+from crossbeat.metadata.errors import InvalidMetadata, StoreClosed
+from crossbeat.metadata.models import Bucket, JournalEntry
+from crossbeat.metadata.schema import connect, initialise
+from crossbeat.metadata.settings import MetadataSettings
+from crossbeat.metadata.store import Meta, MetadataStore, Precondition
+from crossbeat.metadata.writer import GroupCommitWriter, WriterStats, WriteTxn
+
+T = TypeVar("T")
+
+
+def _limit(limit: int) -> int:
+    if not isinstance(limit, int) or limit < 0:
+        raise InvalidMetadata(f"limit must be a non-negative integer, got {limit!r}")
+    return limit
+
+
+class SqliteMetadataStore(MetadataStore):
+    def __init__(self, path: str | Path, settings: MetadataSettings | None = None) -> None:
+        self.path = Path(path)
+        self.settings = settings or MetadataSettings()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        conn = connect(self.path, busy_timeout_ms=self.settings.busy_timeout_ms)
+        try:
+            initialise(conn)
+            committed = journal.last_seq(conn)
+        except BaseException:
+            conn.close()
+            raise
+        # _committed is the newest seq this process has committed or observed; wait_journal
+        # sleeps on _changed, which the writer notifies after each commit.
+        self._committed = committed
+        self._changed = threading.Condition()
+        self._local = threading.local()
+        self._readers: list[sqlite3.Connection] = []
+        self._readers_lock = threading.Lock()
+        self._closed = False
+        self._writer = GroupCommitWriter(
+            conn,
+            last_seq=journal.last_seq,
+            now=journal.iso_now,
+            on_commit=self._on_commit,
+            max_batch=self.settings.max_batch,
+        )
+
+    # -- plumbing -----------------------------------------------------------------------------
+
+    @property
+    def writer_stats(self) -> WriterStats:
+        """Commits and operations so far (group commit shows as operations > commits)."""
+        return self._writer.stats
+
+    def _on_commit(self, last_seq: int) -> None:
+        with self._changed:
+            if last_seq > self._committed:
+                self._committed = last_seq
+                self._changed.notify_all()
+
+    def _write(self, fn: Callable[[WriteTxn], T]) -> T:
+        return self._writer.submit(fn)
+
+    @contextmanager
+    def _read(self) -> Iterator[sqlite3.Connection]:
+        if self._closed:
+            raise StoreClosed("metadata store is closed")
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = connect(self.path, busy_timeout_ms=self.settings.busy_timeout_ms)
+            conn.execute("PRAGMA query_only = 1")
+            with self._readers_lock:
+                self._readers.append(conn)
+            self._local.conn = conn
+        conn.execute("BEGIN")
+        try:
+            yield conn
+        finally:
+            conn.execute("COMMIT")
+
+    # -- buckets ------------------------------------------------------------------------------
+
+    def create_bucket(self, bucket: Bucket) -> None:
+        self._write(lambda txn: buckets.create(txn, bucket))
+
+    def get_bucket(self, name: str) -> Bucket | None:
+        with self._read() as conn:
+            return buckets.get(conn, name)
+
+    def list_buckets(self) -> list[Bucket]:
+        with self._read() as conn:
+            return buckets.list_all(conn)
+
+    def update_bucket(self, name: str, **changes: Any) -> Bucket:
+        return self._write(lambda txn: buckets.update(txn, name, changes))
+
+    def delete_bucket(self, name: str) -> None:
+        self._write(lambda txn: buckets.delete(txn, name))
+
+    # -- object versions ----------------------------------------------------------------------
+
+    def get_version(self, bucket: str, key: str, version_id: str | None = None) -> Meta | None:
+        with self._read() as conn:
+            return versions.get(conn, bucket, key, version_id)
+
+    def put_version(self, meta: Meta, *, precondition: Precondition | None = None) -> list[Meta]:
+        return self._write(lambda txn: versions.put(txn, meta, precondition)[1])
+
+    def put_version_stored(
+        self, meta: Meta, *, precondition: Precondition | None = None
+    ) -> tuple[Meta, list[Meta]]:
+        """Like put_version, but also returns the stored metadata (revision, isLatest)."""
+        return self._write(lambda txn: versions.put(txn, meta, precondition))
+
+    def delete_version(self, bucket: str, key: str, version_id: str) -> Meta | None:
+        return self._write(lambda txn: versions.delete(txn, bucket, key, version_id))
+
+    def update_version(
+        self, bucket: str, key: str, version_id: str, new_meta: Meta, *, expected_revision: int
+    ) -> Meta:
+        return self._write(
+            lambda txn: versions.update(txn, bucket, key, version_id, new_meta, expected_revision)
+        )
+
+    def list_latest(
+        self, bucket: str, *, prefix: str = "", start_after: str = "", limit: int = 1000
+    ) -> list[Meta]:
+        check_text(prefix, "prefix")
+        check_text(start_after, "start_after")
+        with self._read() as conn:
+            return versions.list_latest(conn, bucket, prefix, start_after, _limit(limit))
+
+    def list_versions(
+        self,
+        bucket: str,
+        *,
+        prefix: str = "",
+        key_marker: str = "",
+        version_marker: str = "",
+        limit: int = 1000,
+    ) -> list[Meta]:
+        check_text(prefix, "prefix")
+        check_text(key_marker, "key_marker")
+        with self._read() as conn:
+            return versions.list_versions(
+                conn, bucket, prefix, key_marker, version_marker, _limit(limit)
+            )
+
+    def count_objects(self, bucket: str) -> int:
+        with self._read() as conn:
+            return versions.count_objects(conn, bucket)
+
+    # -- multipart uploads --------------------------------------------------------------------
+
+    def create_upload(self, upload: Meta) -> None:
+        self._write(lambda txn: uploads.create(txn, upload))
+
+    def get_upload(self, bucket: str, key: str, upload_id: str) -> Meta | None:
+        with self._read() as conn:
+            return uploads.get(conn, bucket, key, upload_id)
+
+    def put_part(self, upload_id: str, part: Meta) -> Meta | None:
+        return self._write(lambda txn: uploads.put_part(txn, upload_id, part))
+
+    def list_parts(self, upload_id: str, *, marker: int = 0, limit: int = 1000) -> list[Meta]:
+        with self._read() as conn:
+            return uploads.list_parts(conn, upload_id, marker, _limit(limit))
+
+    def list_uploads(
+        self,
+        bucket: str,
+        *,
+        prefix: str = "",
+        key_marker: str = "",
+        upload_id_marker: str = "",
+        limit: int = 1000,
+    ) -> list[Meta]:
+        check_text(prefix, "prefix")
+        check_text(key_marker, "key_marker")
+        with self._read() as conn:
+            return uploads.list_uploads(
+                conn, bucket, prefix, key_marker, upload_id_marker, _limit(limit)
+            )
+
+    def complete_upload(
+        self, upload_id: str, meta: Meta, *, precondition: Precondition | None = None
+    ) -> tuple[list[Meta], list[Meta]]:
+        return self._write(lambda txn: uploads.complete(txn, upload_id, meta, precondition))
+
+    def abort_upload(self, upload_id: str) -> list[Meta]:
+        return self._write(lambda txn: uploads.abort(txn, upload_id))
+
+    # -- journal ------------------------------------------------------------------------------
+
+    def read_journal(self, after: int, limit: int) -> list[JournalEntry]:
+        with self._read() as conn:
+            return journal.read(conn, after, _limit(limit))
+
+    def wait_journal(self, after: int, timeout: float) -> bool:
+        deadline = time.monotonic() + max(0.0, timeout)
+        while True:
+            with self._changed:
+                remaining = deadline - time.monotonic()
+                if self._committed <= after and remaining > 0:
+                    self._changed.wait(min(remaining, self.settings.journal_poll_seconds))
+                if self._committed > after:
+                    return True
+            # Woken by the poll interval (or the deadline): look at the database itself, in
+            # case another process committed to the same file.
+            seen = self.last_seq()
+            with self._changed:
+                self._committed = max(self._committed, seen)
+                if self._committed > after:
+                    return True
+            if time.monotonic() >= deadline:
+                return False
+
+    def last_seq(self) -> int:
+        with self._read() as conn:
+            return journal.last_seq(conn)
+
+    def set_checkpoint(self, consumer: str, seq: int) -> None:
+        if not isinstance(consumer, str) or not consumer:
+            raise InvalidMetadata("checkpoint consumer must be a non-empty string")
+        check_text(consumer, "checkpoint consumer")
+        if not isinstance(seq, int) or seq < 0:
+            raise InvalidMetadata(f"checkpoint seq must be a non-negative integer, got {seq!r}")
+
+        def op(txn: WriteTxn) -> None:
+            txn.conn.execute(
+                "INSERT INTO checkpoints(consumer, seq) VALUES (?, ?) "
+                "ON CONFLICT(consumer) DO UPDATE SET seq = excluded.seq",
+                (consumer, seq),
+            )
+
+        self._write(op)
+
+    def checkpoints(self) -> dict[str, int]:
+        with self._read() as conn:
+            rows = conn.execute("SELECT consumer, seq FROM checkpoints ORDER BY consumer")
+            return {consumer: int(seq) for consumer, seq in rows}
+
+    def delete_checkpoint(self, consumer: str) -> None:
+        """Forget a consumer, so its checkpoint no longer holds back retention."""
+        self._write(
+            lambda txn: txn.conn.execute("DELETE FROM checkpoints WHERE consumer = ?", (consumer,))
+        )
+
+    def trim_journal(self) -> int:
+        now = datetime.now(UTC)
+        return self._write(lambda txn: journal.trim(txn.conn, self.settings, now))
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._writer.close()
+        with self._readers_lock:
+            for conn in self._readers:
+                conn.close()
+            self._readers.clear()
+
+    def __enter__(self) -> SqliteMetadataStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

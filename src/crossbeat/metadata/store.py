@@ -1,0 +1,183 @@
+"""The metadata store interface: buckets, object versions, multipart uploads, the journal.
+
+All methods are synchronous and thread-safe; the ASGI gateway calls them from worker
+threads. Every method that changes something returns only once the change is durable.
+
+Object metadata is the ARCHITECTURE dict (`bucket, key, versionId, isDeleteMarker, size,
+etag, …`); the store treats it as opaque JSON except for what it indexes, and maintains:
+- `revision`: int per version, 1 on first write, +1 on every change of that version's row
+  (including a replacement by a put with the same versionId, so a compare-and-set holding
+  the old revision never overwrites the new object);
+- `sortKey`: set by the gateway (`ids.new_version_id()`); versions of one key are ordered by
+  sortKey descending, and the latest version is the one with the greatest sortKey;
+- `isLatest`: computed when read (never stale).
+
+Every change of a bucket or version appends one journal entry in the same transaction:
+`put`/`del` with the bucket (`key` "", `versionId` None, value = the bucket as dict) or the
+version (value = the stored metadata). Multipart uploads, parts and consumer checkpoints are
+not journaled: they are not object metadata; completing an upload journals the version.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable
+from typing import Any
+
+from crossbeat.metadata.models import Bucket, JournalEntry
+
+Meta = dict[str, Any]
+Precondition = Callable[[Meta | None], None]
+
+
+class MetadataStore(abc.ABC):
+    # -- buckets ------------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def create_bucket(self, bucket: Bucket) -> None:
+        """Create `bucket`; BucketExists(existing) if the name is taken."""
+
+    @abc.abstractmethod
+    def get_bucket(self, name: str) -> Bucket | None: ...
+
+    @abc.abstractmethod
+    def list_buckets(self) -> list[Bucket]:
+        """All buckets in name order."""
+
+    @abc.abstractmethod
+    def update_bucket(self, name: str, **changes: Any) -> Bucket:
+        """Set any of versioning / replication / notification / attrs (attrs is replaced as a
+        whole); returns the stored bucket. NoSuchBucket; InvalidMetadata for other fields."""
+
+    @abc.abstractmethod
+    def delete_bucket(self, name: str) -> None:
+        """NoSuchBucket; BucketNotEmpty if any version, delete marker or open upload remains."""
+
+    # -- object versions ----------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def get_version(self, bucket: str, key: str, version_id: str | None = None) -> Meta | None:
+        """The version `version_id` ("null" is the null version), or with None the latest
+        version (possibly a delete marker); None if there is no such version."""
+
+    @abc.abstractmethod
+    def put_version(self, meta: Meta, *, precondition: Precondition | None = None) -> list[Meta]:
+        """Store `meta` as a version of (meta["bucket"], meta["key"]).
+
+        A version with the same versionId (the null version, or a redelivered replica) is
+        replaced in place; its position is given by the new sortKey. `precondition` is called
+        inside the transaction with the current latest version (or None) and may raise to
+        abort; its exception reaches the caller unchanged and nothing is changed. Returns the
+        displaced versions, whose data the caller may free. NoSuchBucket if the bucket is gone.
+        """
+
+    @abc.abstractmethod
+    def delete_version(self, bucket: str, key: str, version_id: str) -> Meta | None:
+        """Permanently remove one version or delete marker and return it (None if absent);
+        the next newest version becomes the latest."""
+
+    @abc.abstractmethod
+    def update_version(
+        self, bucket: str, key: str, version_id: str, new_meta: Meta, *, expected_revision: int
+    ) -> Meta:
+        """Compare-and-set one version's metadata; bucket, key, versionId and sortKey are
+        kept. RevisionMismatch(current) if the stored revision is not `expected_revision`
+        (NoSuchVersion, a RevisionMismatch with current None, if the version is gone)."""
+
+    @abc.abstractmethod
+    def list_latest(
+        self, bucket: str, *, prefix: str = "", start_after: str = "", limit: int = 1000
+    ) -> list[Meta]:
+        """The latest version of each key > start_after starting with prefix, in UTF-8 binary
+        key order, delete markers included (page by passing the last key as start_after)."""
+
+    @abc.abstractmethod
+    def list_versions(
+        self,
+        bucket: str,
+        *,
+        prefix: str = "",
+        key_marker: str = "",
+        version_marker: str = "",
+        limit: int = 1000,
+    ) -> list[Meta]:
+        """All versions and delete markers in (key asc, sortKey desc) order. With key_marker
+        only, start at keys > key_marker; with both markers, start after that version of
+        key_marker (if that version no longer exists, at keys > key_marker)."""
+
+    @abc.abstractmethod
+    def count_objects(self, bucket: str) -> int:
+        """How many keys have a latest version that is not a delete marker."""
+
+    # -- multipart uploads --------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def create_upload(self, upload: Meta) -> None:
+        """Record {"uploadId","bucket","key","initiated","meta"}; NoSuchBucket."""
+
+    @abc.abstractmethod
+    def get_upload(self, bucket: str, key: str, upload_id: str) -> Meta | None: ...
+
+    @abc.abstractmethod
+    def put_part(self, upload_id: str, part: Meta) -> Meta | None:
+        """Record a part {"partNumber","etag","size","location",…}; returns the part it
+        displaced (same number) so its data can be freed. NoSuchUpload."""
+
+    @abc.abstractmethod
+    def list_parts(self, upload_id: str, *, marker: int = 0, limit: int = 1000) -> list[Meta]:
+        """Parts with partNumber > marker in number order. NoSuchUpload."""
+
+    @abc.abstractmethod
+    def list_uploads(
+        self,
+        bucket: str,
+        *,
+        prefix: str = "",
+        key_marker: str = "",
+        upload_id_marker: str = "",
+        limit: int = 1000,
+    ) -> list[Meta]:
+        """Open uploads in (key, uploadId) order, i.e. by key then age; markers as S3."""
+
+    @abc.abstractmethod
+    def complete_upload(
+        self, upload_id: str, meta: Meta, *, precondition: Precondition | None = None
+    ) -> tuple[list[Meta], list[Meta]]:
+        """In one transaction put_version(meta) and remove the upload and its parts. Returns
+        (displaced versions, unused parts): a part is unused when none of its location
+        entries (location, dataKey) appears in meta["location"]. NoSuchUpload."""
+
+    @abc.abstractmethod
+    def abort_upload(self, upload_id: str) -> list[Meta]:
+        """Remove the upload; returns its parts so their data can be freed. NoSuchUpload."""
+
+    # -- journal ------------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def read_journal(self, after: int, limit: int) -> list[JournalEntry]:
+        """Entries with seq > after, ascending, at most `limit`, without gaps.
+        JournalTruncated(first_available) if some entries after `after` were trimmed."""
+
+    @abc.abstractmethod
+    def wait_journal(self, after: int, timeout: float) -> bool:
+        """Block until last_seq() > after (True) or `timeout` seconds pass (False)."""
+
+    @abc.abstractmethod
+    def last_seq(self) -> int:
+        """The seq of the newest committed entry (0 if none was ever written)."""
+
+    @abc.abstractmethod
+    def set_checkpoint(self, consumer: str, seq: int) -> None:
+        """Durably record that `consumer` has processed every entry up to `seq`."""
+
+    @abc.abstractmethod
+    def checkpoints(self) -> dict[str, int]: ...
+
+    @abc.abstractmethod
+    def trim_journal(self) -> int:
+        """Drop entries every consumer's checkpoint has passed, and entries beyond the
+        retention bounds (settings) whether consumed or not. Returns how many were removed."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Finish queued writes and release the database. Idempotent."""

@@ -1,0 +1,142 @@
+"""Multipart uploads and their parts (not journaled: completing an upload journals the version)."""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Any
+
+from crossbeat.metadata import buckets, versions
+from crossbeat.metadata.codec import dump, load, require_str
+from crossbeat.metadata.errors import InvalidMetadata, NoSuchUpload
+from crossbeat.metadata.store import Meta, Precondition
+from crossbeat.metadata.versions import prefix_end
+from crossbeat.metadata.writer import WriteTxn
+
+
+def _row(conn: sqlite3.Connection, upload_id: str) -> tuple[str, str, Meta]:
+    row = conn.execute(
+        "SELECT bucket, key, doc FROM uploads WHERE upload_id = ?", (upload_id,)
+    ).fetchone()
+    if row is None:
+        raise NoSuchUpload(upload_id)
+    return row[0], row[1], load(row[2])
+
+
+def get(conn: sqlite3.Connection, bucket: str, key: str, upload_id: str) -> Meta | None:
+    row = conn.execute(
+        "SELECT doc FROM uploads WHERE upload_id = ? AND bucket = ? AND key = ?",
+        (upload_id, bucket, key),
+    ).fetchone()
+    return None if row is None else load(row[0])
+
+
+def create(txn: WriteTxn, upload: Meta) -> None:
+    if not isinstance(upload, dict):
+        raise InvalidMetadata("upload must be a dict")
+    upload_id = require_str(upload, "uploadId")
+    bucket = require_str(upload, "bucket")
+    key = require_str(upload, "key")
+    buckets.require(txn.conn, bucket)
+    try:
+        txn.conn.execute(
+            "INSERT INTO uploads(upload_id, bucket, key, doc) VALUES (?, ?, ?, ?)",
+            (upload_id, bucket, key, dump(upload)),
+        )
+    except sqlite3.IntegrityError as exc:
+        raise InvalidMetadata(f"upload id {upload_id!r} is already in use") from exc
+
+
+def _parts(conn: sqlite3.Connection, upload_id: str) -> list[Meta]:
+    rows = conn.execute(
+        "SELECT doc FROM parts WHERE upload_id = ? ORDER BY part_number", (upload_id,)
+    ).fetchall()
+    return [load(doc) for (doc,) in rows]
+
+
+def put_part(txn: WriteTxn, upload_id: str, part: Meta) -> Meta | None:
+    if not isinstance(part, dict):
+        raise InvalidMetadata("part must be a dict")
+    number = part.get("partNumber")
+    if not isinstance(number, int) or isinstance(number, bool) or number < 1:
+        raise InvalidMetadata(f"partNumber must be a positive integer, got {number!r}")
+    conn = txn.conn
+    _row(conn, upload_id)
+    old = conn.execute(
+        "SELECT doc FROM parts WHERE upload_id = ? AND part_number = ?", (upload_id, number)
+    ).fetchone()
+    conn.execute(
+        "INSERT INTO parts(upload_id, part_number, doc) VALUES (?, ?, ?) "
+        "ON CONFLICT(upload_id, part_number) DO UPDATE SET doc = excluded.doc",
+        (upload_id, number, dump(part)),
+    )
+    return None if old is None else load(old[0])
+
+
+def list_parts(conn: sqlite3.Connection, upload_id: str, marker: int, limit: int) -> list[Meta]:
+    _row(conn, upload_id)
+    rows = conn.execute(
+        "SELECT doc FROM parts WHERE upload_id = ? AND part_number > ? "
+        "ORDER BY part_number LIMIT ?",
+        (upload_id, marker, limit),
+    ).fetchall()
+    return [load(doc) for (doc,) in rows]
+
+
+def list_uploads(
+    conn: sqlite3.Connection,
+    bucket: str,
+    prefix: str,
+    key_marker: str,
+    upload_id_marker: str,
+    limit: int,
+) -> list[Meta]:
+    args: list[Any] = [bucket]
+    where = "bucket = ?"
+    if prefix:
+        where += " AND key >= ?"
+        args.append(prefix)
+        end = prefix_end(prefix)
+        if end is not None:
+            where += " AND key < ?"
+            args.append(end)
+    if key_marker and upload_id_marker:
+        where += " AND (key > ? OR (key = ? AND upload_id > ?))"
+        args += [key_marker, key_marker, upload_id_marker]
+    elif key_marker:
+        where += " AND key > ?"
+        args.append(key_marker)
+    rows = conn.execute(
+        f"SELECT doc FROM uploads WHERE {where} ORDER BY key, upload_id LIMIT ?", [*args, limit]
+    ).fetchall()
+    return [load(doc) for (doc,) in rows]
+
+
+def _remove(conn: sqlite3.Connection, upload_id: str) -> list[Meta]:
+    parts = _parts(conn, upload_id)
+    conn.execute("DELETE FROM parts WHERE upload_id = ?", (upload_id,))
+    conn.execute("DELETE FROM uploads WHERE upload_id = ?", (upload_id,))
+    return parts
+
+
+def _location_keys(entries: Any) -> set[tuple[Any, Any]]:
+    if not isinstance(entries, list):
+        return set()
+    return {(e.get("location"), e.get("dataKey")) for e in entries if isinstance(e, dict)}
+
+
+def complete(
+    txn: WriteTxn, upload_id: str, meta: Meta, precondition: Precondition | None
+) -> tuple[list[Meta], list[Meta]]:
+    bucket, key, _ = _row(txn.conn, upload_id)
+    if not isinstance(meta, dict) or meta.get("bucket") != bucket or meta.get("key") != key:
+        raise InvalidMetadata(f"upload {upload_id!r} belongs to {bucket}/{key}")
+    _, displaced = versions.put(txn, meta, precondition)
+    used = _location_keys(meta.get("location"))
+    parts = _remove(txn.conn, upload_id)
+    unused = [p for p in parts if not (_location_keys(p.get("location")) & used)]
+    return displaced, unused
+
+
+def abort(txn: WriteTxn, upload_id: str) -> list[Meta]:
+    _row(txn.conn, upload_id)
+    return _remove(txn.conn, upload_id)

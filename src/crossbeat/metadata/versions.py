@@ -1,0 +1,233 @@
+"""Object versions: the SQL behind get/put/delete/update/list of versions.
+
+Reads take a connection inside a read transaction; changes take the open `WriteTxn`, keep
+the `latest` table in step with `versions` and append their journal entry, all in the
+transaction of the operation. `isLatest` is never trusted from a stored document: it is
+computed against `latest` whenever a version is read.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Any
+
+from crossbeat.metadata import buckets
+from crossbeat.metadata.codec import check_text, dump, load, require_str
+from crossbeat.metadata.errors import InvalidMetadata, NoSuchVersion, RevisionMismatch
+from crossbeat.metadata.ids import new_version_id
+from crossbeat.metadata.store import Meta, Precondition
+from crossbeat.metadata.writer import WriteTxn
+
+_SELECT = (
+    "SELECT v.doc, v.sort_key = l.sort_key FROM versions v "
+    "LEFT JOIN latest l ON l.bucket = v.bucket AND l.key = v.key "
+)
+
+
+def _meta(doc: bytes, is_latest: Any) -> Meta:
+    meta: Meta = load(doc)
+    meta["isLatest"] = bool(is_latest)
+    return meta
+
+
+def get(conn: sqlite3.Connection, bucket: str, key: str, version_id: str | None) -> Meta | None:
+    if version_id is None:
+        row = conn.execute(
+            "SELECT v.doc, 1 FROM latest l JOIN versions v "
+            "ON v.bucket = l.bucket AND v.key = l.key AND v.sort_key = l.sort_key "
+            "WHERE l.bucket = ? AND l.key = ?",
+            (bucket, key),
+        ).fetchone()
+    else:
+        row = conn.execute(
+            _SELECT + "WHERE v.bucket = ? AND v.key = ? AND v.version_id = ?",
+            (bucket, key, version_id),
+        ).fetchone()
+    return None if row is None else _meta(*row)
+
+
+def _refresh_latest(conn: sqlite3.Connection, bucket: str, key: str) -> str | None:
+    """Point `latest` at the version with the greatest sortKey; return that sortKey."""
+    top = conn.execute(
+        "SELECT sort_key, is_delete_marker FROM versions WHERE bucket = ? AND key = ? "
+        "ORDER BY sort_key DESC LIMIT 1",
+        (bucket, key),
+    ).fetchone()
+    if top is None:
+        conn.execute("DELETE FROM latest WHERE bucket = ? AND key = ?", (bucket, key))
+        return None
+    conn.execute(
+        "INSERT INTO latest(bucket, key, sort_key, is_delete_marker) VALUES (?, ?, ?, ?) "
+        "ON CONFLICT(bucket, key) DO UPDATE "
+        "SET sort_key = excluded.sort_key, is_delete_marker = excluded.is_delete_marker",
+        (bucket, key, top[0], top[1]),
+    )
+    return str(top[0])
+
+
+def put(txn: WriteTxn, meta: Meta, precondition: Precondition | None) -> tuple[Meta, list[Meta]]:
+    """Store `meta`; returns (stored meta, displaced versions). See MetadataStore.put_version."""
+    if not isinstance(meta, dict):
+        raise InvalidMetadata("version metadata must be a dict")
+    bucket = require_str(meta, "bucket")
+    key = require_str(meta, "key")
+    version_id = require_str(meta, "versionId")
+    sort_key = meta.get("sortKey") or new_version_id()
+    if not isinstance(sort_key, str):
+        raise InvalidMetadata(f"sortKey must be a string, got {sort_key!r}")
+    check_text(sort_key, "sortKey")
+    conn = txn.conn
+    buckets.require(conn, bucket)
+    if precondition is not None:
+        precondition(get(conn, bucket, key, None))
+
+    displaced: list[Meta] = []
+    revision = 1
+    old = get(conn, bucket, key, version_id)
+    if old is not None:
+        # Same versionId: the null version, or a replica delivered again. Replace it, and
+        # continue its revision count so a compare-and-set against the old row fails.
+        displaced.append(old)
+        revision = int(old.get("revision", 0)) + 1
+        conn.execute(
+            "DELETE FROM versions WHERE bucket = ? AND key = ? AND version_id = ?",
+            (bucket, key, version_id),
+        )
+    stored = {k: v for k, v in meta.items() if k != "isLatest"}
+    stored["sortKey"] = sort_key
+    stored["revision"] = revision
+    is_delete_marker = bool(stored.get("isDeleteMarker", False))
+    try:
+        conn.execute(
+            "INSERT INTO versions(bucket, key, sort_key, version_id, is_delete_marker, doc) "
+            "VALUES (?, ?, ?, ?, ?, ?)",
+            (bucket, key, sort_key, version_id, is_delete_marker, dump(stored)),
+        )
+    except sqlite3.IntegrityError as exc:
+        raise InvalidMetadata(
+            f"sortKey {sort_key!r} is already used by another version of {bucket}/{key}"
+        ) from exc
+    stored["isLatest"] = _refresh_latest(conn, bucket, key) == sort_key
+    txn.append_journal("put", bucket, key, version_id, dump(stored))
+    return stored, displaced
+
+
+def delete(txn: WriteTxn, bucket: str, key: str, version_id: str) -> Meta | None:
+    conn = txn.conn
+    old = get(conn, bucket, key, version_id)
+    if old is None:
+        return None
+    conn.execute(
+        "DELETE FROM versions WHERE bucket = ? AND key = ? AND version_id = ?",
+        (bucket, key, version_id),
+    )
+    _refresh_latest(conn, bucket, key)
+    txn.append_journal("del", bucket, key, version_id, dump(old))
+    return old
+
+
+def update(
+    txn: WriteTxn, bucket: str, key: str, version_id: str, new_meta: Meta, expected_revision: int
+) -> Meta:
+    if not isinstance(new_meta, dict):
+        raise InvalidMetadata("version metadata must be a dict")
+    conn = txn.conn
+    current = get(conn, bucket, key, version_id)
+    if current is None:
+        raise NoSuchVersion(bucket, key, version_id, expected_revision)
+    if current.get("revision") != expected_revision:
+        raise RevisionMismatch(current, expected_revision)
+    stored = {k: v for k, v in new_meta.items() if k != "isLatest"}
+    # Identity and position are the store's: a metadata update never moves or renames.
+    for field in ("bucket", "key", "versionId", "sortKey", "isDeleteMarker"):
+        if field in current:
+            stored[field] = current[field]
+        else:
+            stored.pop(field, None)
+    stored["revision"] = expected_revision + 1
+    conn.execute(
+        "UPDATE versions SET doc = ? WHERE bucket = ? AND key = ? AND version_id = ?",
+        (dump(stored), bucket, key, version_id),
+    )
+    stored["isLatest"] = current["isLatest"]
+    txn.append_journal("put", bucket, key, version_id, dump(stored))
+    return stored
+
+
+def prefix_end(prefix: str) -> str | None:
+    """The smallest string greater than every string starting with `prefix` (None: no bound).
+
+    UTF-8 byte order equals code point order, so incrementing the last code point works;
+    surrogates cannot be stored, so U+D7FF steps to U+E000.
+    """
+    chars = list(prefix)
+    while chars:
+        last = ord(chars.pop())
+        if last < 0x10FFFF:
+            nxt = 0xE000 if 0xD800 <= last + 1 <= 0xDFFF else last + 1
+            return "".join(chars) + chr(nxt)
+    return None
+
+
+def _prefix_clause(column: str, prefix: str) -> tuple[str, list[Any]]:
+    if not prefix:
+        return "", []
+    end = prefix_end(prefix)
+    if end is None:
+        return f" AND {column} >= ?", [prefix]
+    return f" AND {column} >= ? AND {column} < ?", [prefix, end]
+
+
+def list_latest(
+    conn: sqlite3.Connection, bucket: str, prefix: str, start_after: str, limit: int
+) -> list[Meta]:
+    clause, args = _prefix_clause("l.key", prefix)
+    rows = conn.execute(
+        "SELECT v.doc, 1 FROM latest l JOIN versions v "
+        "ON v.bucket = l.bucket AND v.key = l.key AND v.sort_key = l.sort_key "
+        "WHERE l.bucket = ? AND l.key > ?" + clause + " ORDER BY l.key LIMIT ?",
+        [bucket, start_after, *args, limit],
+    ).fetchall()
+    return [_meta(*row) for row in rows]
+
+
+def list_versions(
+    conn: sqlite3.Connection,
+    bucket: str,
+    prefix: str,
+    key_marker: str,
+    version_marker: str,
+    limit: int,
+) -> list[Meta]:
+    out: list[Meta] = []
+    if key_marker and version_marker:
+        marker = conn.execute(
+            "SELECT sort_key FROM versions WHERE bucket = ? AND key = ? AND version_id = ?",
+            (bucket, key_marker, version_marker),
+        ).fetchone()
+        if marker is not None and key_marker.startswith(prefix):
+            rows = conn.execute(
+                _SELECT + "WHERE v.bucket = ? AND v.key = ? AND v.sort_key < ? "
+                "ORDER BY v.sort_key DESC LIMIT ?",
+                (bucket, key_marker, marker[0], limit),
+            ).fetchall()
+            out.extend(_meta(*row) for row in rows)
+    if len(out) >= limit:
+        return out
+    clause, args = _prefix_clause("v.key", prefix)
+    rows = conn.execute(
+        _SELECT
+        + "WHERE v.bucket = ? AND v.key > ?"
+        + clause
+        + " ORDER BY v.key, v.sort_key DESC LIMIT ?",
+        [bucket, key_marker, *args, limit - len(out)],
+    ).fetchall()
+    out.extend(_meta(*row) for row in rows)
+    return out
+
+
+def count_objects(conn: sqlite3.Connection, bucket: str) -> int:
+    row = conn.execute(
+        "SELECT count(*) FROM latest WHERE bucket = ? AND is_delete_marker = 0", (bucket,)
+    ).fetchone()
+    return int(row[0])

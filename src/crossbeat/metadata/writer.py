@@ -1,0 +1,180 @@
+"""Group commit: one thread owns the SQLite write connection and commits batches.
+
+Callers submit an operation (a function of the open transaction) and block until the batch
+that carried it is durable. The writer takes everything queued (up to `max_batch`), runs each
+operation inside its own SAVEPOINT, so a failing operation rolls back only itself and its
+caller gets the exception, then COMMITs once: with `synchronous=FULL` that is one fsync of
+the WAL shared by every operation of the batch. While it fsyncs, new operations queue up and
+form the next batch, so batching grows with load without any artificial delay.
+
+Journal seqs are assigned here, in the one thread that commits, so they are dense and in
+commit order: see `WriteTxn.append_journal`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+import sqlite3
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from crossbeat.metadata.errors import StoreClosed
+
+T = TypeVar("T")
+
+
+class WriteTxn:
+    """The open write transaction an operation runs in (valid only during the call)."""
+
+    def __init__(self, conn: sqlite3.Connection, last_seq: int, now: Callable[[], str]) -> None:
+        self.conn = conn
+        self.last_seq = last_seq  # seq of the newest journal entry in this transaction so far
+        self._now = now
+
+    def append_journal(
+        self, op: str, bucket: str, key: str, version_id: str | None, value: bytes | None
+    ) -> int:
+        """Append one journal entry (value is JSON bytes) and return its seq.
+
+        Only the writer thread runs transactions and it runs them one after another, so
+        last_seq + 1 is the next seq in commit order; a rolled-back savepoint restores
+        last_seq (see GroupCommitWriter._run_batch), keeping seqs dense.
+        """
+        seq = self.last_seq + 1
+        self.conn.execute(
+            "INSERT INTO journal(seq, op, bucket, key, version_id, value, ts) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (seq, op, bucket, key, version_id, value, self._now()),
+        )
+        self.last_seq = seq
+        return seq
+
+
+@dataclass
+class _Op:
+    fn: Callable[[WriteTxn], Any]
+    future: Future[Any]
+
+
+@dataclass
+class WriterStats:
+    commits: int = 0  # transactions committed (fsyncs)
+    operations: int = 0  # operations they carried (succeeded or rolled back)
+
+
+class GroupCommitWriter:
+    """Owns `conn` (opened for use by the writer thread) and commits queued operations.
+
+    `last_seq(conn)` reads the newest journal seq when each batch begins (so another writer
+    process on the same file cannot make seqs collide: BEGIN IMMEDIATE excludes it).
+    `on_commit(last_seq)` runs after every successful commit, before callers are released.
+    """
+
+    def __init__(
+        self,
+        conn: sqlite3.Connection,
+        *,
+        last_seq: Callable[[sqlite3.Connection], int],
+        now: Callable[[], str],
+        on_commit: Callable[[int], None],
+        max_batch: int,
+    ) -> None:
+        self._conn = conn
+        self._last_seq = last_seq
+        self._now = now
+        self._on_commit = on_commit
+        self._max_batch = max_batch
+        self._queue: queue.SimpleQueue[_Op | None] = queue.SimpleQueue()
+        self._closed = False
+        self._close_lock = threading.Lock()
+        self.stats = WriterStats()
+        self._thread = threading.Thread(target=self._loop, name="metadata-writer", daemon=True)
+        self._thread.start()
+
+    def submit(self, fn: Callable[[WriteTxn], T]) -> T:
+        """Run `fn` in a write transaction; return its result once the commit is durable."""
+        if threading.current_thread() is self._thread:
+            # An operation (or a precondition) calling back into the store would wait for a
+            # batch that can only run after the current one: a deadlock. Refuse it loudly.
+            raise RuntimeError("metadata store called from inside a write operation")
+        future: Future[T] = Future()
+        with self._close_lock:
+            if self._closed:
+                raise StoreClosed("metadata store is closed")
+            self._queue.put(_Op(fn, future))
+        return future.result()
+
+    def close(self) -> None:
+        """Let queued operations finish, stop the thread, close the connection."""
+        with self._close_lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._queue.put(None)
+        self._thread.join()
+        self._conn.close()
+
+    def _loop(self) -> None:
+        stopping = False
+        while not stopping:
+            first = self._queue.get()
+            if first is None:
+                break
+            batch = [first]
+            while len(batch) < self._max_batch:
+                try:
+                    op = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if op is None:
+                    stopping = True
+                    break
+                batch.append(op)
+            self._run_batch(batch)
+
+    def _run_batch(self, batch: list[_Op]) -> None:
+        outcomes: list[tuple[bool, Any]] = []
+        conn = self._conn
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            txn = WriteTxn(conn, self._last_seq(conn), self._now)
+            for op in batch:
+                if not op.future.set_running_or_notify_cancel():
+                    outcomes.append((False, None))
+                    continue
+                seq_before = txn.last_seq
+                conn.execute("SAVEPOINT op")
+                try:
+                    result = op.fn(txn)
+                except BaseException as exc:  # the caller gets it; the batch goes on
+                    conn.execute("ROLLBACK TO op")
+                    conn.execute("RELEASE op")
+                    txn.last_seq = seq_before
+                    outcomes.append((False, exc))
+                else:
+                    conn.execute("RELEASE op")
+                    outcomes.append((True, result))
+            conn.execute("COMMIT")
+        except BaseException as exc:
+            # BEGIN or COMMIT failed (disk full, I/O error…): nothing of the batch is durable.
+            if conn.in_transaction:
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
+            for op in batch:
+                if op.future.running():
+                    op.future.set_exception(exc)
+            return
+        self.stats.commits += 1
+        self.stats.operations += len(batch)
+        self._on_commit(txn.last_seq)
+        for op, (ok, value) in zip(batch, outcomes, strict=True):
+            if not op.future.running():
+                continue
+            if ok:
+                op.future.set_result(value)
+            else:
+                op.future.set_exception(value)
