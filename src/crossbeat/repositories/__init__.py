@@ -1,0 +1,34 @@
+"""Data repositories: where object bytes live (seed 003).
+
+- `sfs`: the simple filesystem repository (chunk files + JSON manifest with SipHash digests)
+- `s3`: any S3 endpoint
+- `proxy`: several repositories behind one name, for live migration
+
+Object metadata points at data with `Location(location=repository name, dataKey, size)`.
+`open_repositories(settings, data_dir)` opens the configured ones by name.
+"""
+
+from crossbeat.repositories.base import ObjectStat, ObjectWriter, Repository
+from crossbeat.repositories.errors import CorruptData, NoSuchData, RepositoryError
+from crossbeat.repositories.location import Location
+from crossbeat.repositories.object_ids import new_object_id
+from crossbeat.repositories.proxy import ProxyRepository
+from crossbeat.repositories.registry import DEFAULT_REPOSITORY, open_repositories
+from crossbeat.repositories.settings import RepositorySettings
+from crossbeat.repositories.sfs import SfsRepository
+
+__all__ = [
+    "DEFAULT_REPOSITORY",
+    "CorruptData",
+    "Location",
+    "NoSuchData",
+    "ObjectStat",
+    "ObjectWriter",
+    "ProxyRepository",
+    "Repository",
+    "RepositoryError",
+    "RepositorySettings",
+    "SfsRepository",
+    "new_object_id",
+    "open_repositories",
+]

@@ -1,0 +1,130 @@
+"""The seed-003 repository proxy: several repositories behind one, for live migration.
+
+- Reads go to the backend that owns an unlocked manifest (preferred backend asked first);
+  a locked manifest counts as absent, so none found means `NoSuchData`.
+- Writes of a new object go to the preferred backend; a write naming an existing objectId
+  is delegated to the backend that owns it.
+- Deletes go to every backend, whether or not it holds the object or has it locked.
+
+Locations written through the proxy name the backend that holds the data, not the proxy:
+`open_repositories` makes every backend name resolve to the proxy while it is configured
+(the seed: the proxy "takes precedence over all other repositories"), and once the proxy is
+removed those locations still resolve to the right repository.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+from crossbeat.repositories.base import ObjectStat, ObjectWriter, Repository
+from crossbeat.repositories.errors import NoSuchData, RepositoryError
+from crossbeat.repositories.location import Location
+
+
+class ProxyRepository(Repository):
+    """Delegates to `backends` (name → repository) as seed 003 prescribes."""
+
+    def __init__(self, name: str, backends: dict[str, Repository], preferred_backend: str) -> None:
+        if not backends:
+            raise RepositoryError(f"proxy {name!r} needs at least one backend")
+        if preferred_backend not in backends:
+            raise RepositoryError(
+                f"proxy {name!r}: preferred backend {preferred_backend!r} is not a backend"
+            )
+        self.name = name
+        self.backends = dict(backends)
+        self.preferred_backend = preferred_backend
+        self.preferred = backends[preferred_backend]
+        # The preferred backend is asked first: after migration most objects live there.
+        self._order = [self.preferred] + [b for n, b in backends.items() if n != preferred_backend]
+
+    def owner(self, data_key: str) -> Repository | None:
+        """The backend holding an unlocked manifest for `data_key`, if any."""
+        for backend in self._order:
+            if backend.size(data_key) is not None:
+                return backend
+        return None
+
+    def writer(self, data_key: str | None = None, *, locked: bool = False) -> ObjectWriter:
+        target = self.preferred
+        if data_key is not None:
+            target = self.owner(data_key) or self.preferred
+        return target.writer(data_key, locked=locked)
+
+    def read(self, data_key: str, start: int = 0, end: int | None = None) -> Iterator[bytes]:
+        for backend in self._order:
+            try:
+                return backend.read(data_key, start, end)
+            except NoSuchData:
+                continue
+        raise NoSuchData(self.name, data_key)
+
+    def size(self, data_key: str) -> int | None:
+        for backend in self._order:
+            size = backend.size(data_key)
+            if size is not None:
+                return size
+        return None
+
+    def stat(self, data_key: str) -> ObjectStat | None:
+        """The unlocked copy's stat if there is one, else a locked copy's, else None."""
+        found: ObjectStat | None = None
+        for backend in self._order:
+            stat = backend.stat(data_key)
+            if stat is not None and not stat.locked:
+                return stat
+            found = found or stat
+        return found
+
+    def delete(self, data_key: str) -> None:
+        errors: list[str] = []
+        for name, backend in self.backends.items():
+            try:
+                backend.delete(data_key)
+            except RepositoryError as exc:
+                errors.append(f"{name}: {exc}")
+        if errors:
+            raise RepositoryError(f"proxy {self.name!r} delete {data_key!r}: {'; '.join(errors)}")
+
+    def keys(self) -> Iterator[str]:
+        seen: set[str] = set()
+        for backend in self._order:
+            for key in backend.keys():  # noqa: SIM118 - a Repository, not a dict
+                if key not in seen:
+                    seen.add(key)
+                    yield key
+
+    def cleanup(self, referenced: Callable[[str], bool], older_than_s: float = 3600) -> list[str]:
+        removed: list[str] = []
+        for backend in self._order:
+            removed.extend(backend.cleanup(referenced, older_than_s))
+        return removed
+
+    def lock(self, data_key: str) -> None:
+        """Lock the unlocked copy (the one reads would use)."""
+        backend = self.owner(data_key)
+        if backend is None:
+            raise NoSuchData(self.name, data_key)
+        backend.lock(data_key)
+
+    def unlock(self, data_key: str) -> None:
+        """Unlock the copy in the preferred backend, else in the first backend that has one."""
+        for backend in self._order:
+            stat = backend.stat(data_key)
+            if stat is not None:
+                if stat.locked:
+                    backend.unlock(data_key)
+                return
+        raise NoSuchData(self.name, data_key)
+
+    def location(self, data_key: str) -> Location | None:
+        """Where reads of `data_key` currently go, naming the backend."""
+        for backend in self._order:
+            size = backend.size(data_key)
+            if size is not None:
+                return Location(backend.name, data_key, size)
+        return None
+
+    def close(self) -> None:
+        for backend in self.backends.values():
+            backend.close()

@@ -1,0 +1,87 @@
+"""`open_repositories`: the configured repositories, opened and ready by name."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from crossbeat.repositories.base import Repository
+from crossbeat.repositories.errors import RepositoryError
+from crossbeat.repositories.proxy import ProxyRepository
+from crossbeat.repositories.settings import RepositorySettings
+from crossbeat.repositories.sfs import SfsRepository
+
+DEFAULT_REPOSITORY = "default"
+
+
+def open_repositories(
+    configs: dict[str, RepositorySettings], data_dir: str | Path
+) -> dict[str, Repository]:
+    """Open every configured repository; return them by name.
+
+    With no configuration, one sfs repository named "default" lives in
+    `{data_dir}/repositories/default`. An sfs root that is relative (or unset) is under
+    `data_dir`. A proxy's backend names resolve to the proxy itself (seed 003: an enabled
+    proxy takes precedence over the repositories it bundles), so locations naming a backend
+    are served through the proxy while it exists; the raw backends stay reachable as
+    `proxy.backends`. A backend may belong to one proxy only, and a proxy cannot bundle a
+    proxy. Bad configuration raises `RepositoryError` and opens nothing.
+    """
+    data_dir = Path(data_dir)
+    if not configs:
+        configs = {DEFAULT_REPOSITORY: RepositorySettings(type="sfs")}
+    _check_proxies(configs)
+    opened: dict[str, Repository] = {}
+    try:
+        for name, settings in configs.items():
+            if settings.type == "sfs":
+                opened[name] = _open_sfs(name, settings, data_dir)
+            elif settings.type == "s3":
+                opened[name] = _open_s3(name, settings)
+        result = dict(opened)
+        for name, settings in configs.items():
+            if settings.type == "proxy":
+                backends = {b: opened[b] for b in settings.backends}
+                assert settings.preferred_backend is not None  # checked by the settings model
+                proxy = ProxyRepository(name, backends, settings.preferred_backend)
+                result[name] = proxy
+                for backend in backends:
+                    result[backend] = proxy
+    except BaseException:
+        for repo in opened.values():
+            repo.close()
+        raise
+    return result
+
+
+def _check_proxies(configs: dict[str, RepositorySettings]) -> None:
+    claimed: dict[str, str] = {}
+    for name, settings in configs.items():
+        if settings.type != "proxy":
+            continue
+        for backend in settings.backends:
+            target = configs.get(backend)
+            if target is None:
+                raise RepositoryError(f"proxy {name!r}: backend {backend!r} is not configured")
+            if target.type == "proxy":
+                raise RepositoryError(f"proxy {name!r}: backend {backend!r} is itself a proxy")
+            if backend in claimed:
+                raise RepositoryError(
+                    f"repository {backend!r} is a backend of both {claimed[backend]!r} and {name!r}"
+                )
+            claimed[backend] = name
+
+
+def _open_sfs(name: str, settings: RepositorySettings, data_dir: Path) -> Repository:
+    root = settings.root if settings.root is not None else Path("repositories") / name
+    return SfsRepository(
+        name,
+        data_dir / root,  # an absolute root stays as it is
+        chunk_size=settings.chunk_size,
+        siphash_key=settings.siphash_key_bytes,
+    )
+
+
+def _open_s3(name: str, settings: RepositorySettings) -> Repository:
+    from crossbeat.repositories.s3 import S3Repository  # boto3 is slow to import
+
+    return S3Repository.from_settings(name, settings)

@@ -1,0 +1,470 @@
+"""The seed-003 "simple filesystem repository" (sfs).
+
+Layout under the configured root, exactly as the seed draws it::
+
+    {root}/{last 3 chars of objectId}/{objectId}/manifest.json
+    {root}/{last 3 chars of objectId}/{objectId}/chunks/{chunkId // 100}/{objectId}-{chunkId}
+
+plus `{root}/repository.json`, which persists the SipHash key so digests stay verifiable
+across restarts. The manifest (see `sfs_manifest`) is written last: chunk files are written
+and fsynced, their directories fsynced, then the manifest goes to a temporary file that is
+fsynced and renamed into place, and the object's directories are fsynced. A crash at any
+point therefore leaves either a complete, durable object or a directory without a manifest,
+which reads treat as absent and `cleanup` removes. Empty directories are normal (the seed).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import shutil
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import orjson
+from siphash24 import siphash24
+
+from crossbeat.repositories.base import ObjectStat, ObjectWriter, Repository
+from crossbeat.repositories.errors import CorruptData, NoSuchData, RepositoryError
+from crossbeat.repositories.location import Location
+from crossbeat.repositories.object_ids import check_object_id, is_object_id, new_object_id
+from crossbeat.repositories.sfs_manifest import Manifest, ManifestInvalid
+
+DEFAULT_CHUNK_SIZE = 4 * 1024 * 1024
+CHUNKS_PER_DIR = 100  # the seed: chunk files are grouped in directories of chunkId // 100
+MANIFEST = "manifest.json"
+REPOSITORY_INFO = "repository.json"
+
+_WRITE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path, _DIR_FLAGS)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_file(path: str, data: bytes | bytearray | memoryview) -> None:
+    """Write `data` to a new file at `path` and fsync it."""
+    fd = os.open(path, _WRITE_FLAGS, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _read_exact_or_more(path: str, length: int) -> bytes:
+    """Read up to `length + 1` bytes: enough to tell a too-long file from a right one."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        parts = []
+        wanted = length + 1
+        while wanted > 0:
+            part = os.read(fd, wanted)
+            if not part:
+                break
+            parts.append(part)
+            wanted -= len(part)
+    finally:
+        os.close(fd)
+    return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+def _load_siphash_key(root: Path, configured: bytes | None) -> bytes:
+    """Return the repository's SipHash key, persisting it on first use.
+
+    The key lives in `{root}/repository.json`. A configured key that differs from the
+    persisted one is refused: every stored digest would stop verifying.
+    """
+    info_path = root / REPOSITORY_INFO
+    for _ in range(2):
+        try:
+            info = orjson.loads(info_path.read_bytes())
+            persisted = bytes.fromhex(info["siphashKey"])
+            if len(persisted) != 16:
+                raise ValueError("siphashKey must be 16 bytes")
+        except FileNotFoundError:
+            pass
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+            raise RepositoryError(f"{info_path} is unreadable: {exc}") from exc
+        else:
+            if configured is not None and configured != persisted:
+                raise RepositoryError(
+                    f"configured siphash key differs from the one persisted in {info_path}; "
+                    "existing chunk digests would no longer verify"
+                )
+            return persisted
+        key = configured if configured is not None else secrets.token_bytes(16)
+        tmp = root / f".{REPOSITORY_INFO}.{secrets.token_hex(8)}"
+        _write_file(str(tmp), orjson.dumps({"type": "sfs", "siphashKey": key.hex()}))
+        try:
+            # link() fails if another process won the race; then we read its key instead.
+            os.link(tmp, info_path)
+            _fsync_dir(str(root))
+        except FileExistsError:
+            pass
+        finally:
+            tmp.unlink()
+    raise RepositoryError(f"cannot establish the siphash key in {info_path}")
+
+
+class SfsRepository(Repository):
+    """Objects as chunk files plus a JSON manifest under `root` (seed 003).
+
+    Thread-safe: any number of writers and readers may run at once.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        root: str | Path,
+        *,
+        chunk_size: int = DEFAULT_CHUNK_SIZE,
+        siphash_key: bytes | None = None,
+    ) -> None:
+        if chunk_size <= 0:
+            raise RepositoryError(f"chunk size must be positive, got {chunk_size}")
+        if siphash_key is not None and len(siphash_key) != 16:
+            raise RepositoryError("the siphash key must be exactly 16 bytes")
+        self.name = name
+        self.root = Path(root).absolute()
+        self.chunk_size = chunk_size
+        self.root.mkdir(parents=True, exist_ok=True)
+        self._root = str(self.root)
+        self.siphash_key = _load_siphash_key(self.root, siphash_key)
+        # Fan-out directories whose entry in the root is known durable (we fsynced the root
+        # after they appeared). Another writer may have created one and died before its
+        # commit, so a writer that finds one not listed here fsyncs the root once.
+        self._durable_fanout: set[str] = set()
+
+    # -- paths ---------------------------------------------------------------------------
+
+    def object_dir(self, data_key: str) -> str:
+        """`{root}/{last 3 chars}/{objectId}` (the key must already be checked)."""
+        return f"{self._root}/{data_key[-3:]}/{data_key}"
+
+    def chunk_path(self, data_key: str, index: int) -> str:
+        group = index // CHUNKS_PER_DIR
+        return f"{self._root}/{data_key[-3:]}/{data_key}/chunks/{group}/{data_key}-{index}"
+
+    def manifest_path(self, data_key: str) -> str:
+        return f"{self._root}/{data_key[-3:]}/{data_key}/{MANIFEST}"
+
+    def digest(self, data: bytes | bytearray | memoryview) -> str:
+        return siphash24(data, key=self.siphash_key).hexdigest()
+
+    # -- manifests -----------------------------------------------------------------------
+
+    def _manifest(self, data_key: str) -> Manifest | None:
+        """The committed manifest (locked or not), None if there is none."""
+        check_object_id(data_key)
+        try:
+            with open(self.manifest_path(data_key), "rb") as fh:
+                raw = fh.read()
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        try:
+            return Manifest.from_bytes(raw)
+        except ManifestInvalid as exc:
+            raise CorruptData(self.name, data_key, None, str(exc)) from exc
+
+    def _visible_manifest(self, data_key: str) -> Manifest:
+        manifest = self._manifest(data_key)
+        if manifest is None:
+            raise NoSuchData(self.name, data_key)
+        if manifest.locked:
+            raise NoSuchData(self.name, data_key, "locked")
+        return manifest
+
+    def _replace_manifest(self, data_key: str, manifest: Manifest) -> None:
+        """Atomically and durably replace the manifest (temp + fsync + rename + fsync dir)."""
+        obj_dir = self.object_dir(data_key)
+        tmp = f"{obj_dir}/.{MANIFEST}.{secrets.token_hex(6)}"
+        _write_file(tmp, manifest.to_bytes())
+        try:
+            os.rename(tmp, f"{obj_dir}/{MANIFEST}")
+        except BaseException:
+            os.unlink(tmp)
+            raise
+        _fsync_dir(obj_dir)
+
+    # -- the Repository contract ---------------------------------------------------------
+
+    def writer(self, data_key: str | None = None, *, locked: bool = False) -> SfsWriter:
+        if data_key is None:
+            data_key = new_object_id()
+        else:
+            if self._manifest(data_key) is not None:
+                raise RepositoryError(
+                    f"object {data_key!r} already exists in repository {self.name!r}"
+                )
+            # Leftovers of an earlier, interrupted copy of this key (seed 003: "remove
+            # whatever exists already").
+            shutil.rmtree(self.object_dir(data_key), ignore_errors=True)
+        return SfsWriter(self, data_key, locked)
+
+    def read(self, data_key: str, start: int = 0, end: int | None = None) -> Iterator[bytes]:
+        manifest = self._visible_manifest(data_key)
+        if end is None or end > manifest.size:
+            end = manifest.size
+        if start < 0 or start > manifest.size or end < start:
+            raise RepositoryError(
+                f"invalid range [{start}, {end}) for object {data_key!r} of size {manifest.size}"
+            )
+        return self._chunks(manifest, data_key, start, end)
+
+    def _chunks(self, manifest: Manifest, data_key: str, start: int, end: int) -> Iterator[bytes]:
+        cs = manifest.chunk_size
+        for index in range(start // cs, -(-end // cs)):
+            data = self.read_chunk(manifest, data_key, index)
+            lo = max(start - index * cs, 0)
+            hi = min(end - index * cs, len(data))
+            yield data if lo == 0 and hi == len(data) else data[lo:hi]
+
+    def read_chunk(self, manifest: Manifest, data_key: str, index: int) -> bytes:
+        """Chunk `index`, verified against its length and digest."""
+        expected = manifest.chunk_length(index)
+        try:
+            data = _read_exact_or_more(self.chunk_path(data_key, index), expected)
+        except FileNotFoundError:
+            if self._manifest(data_key) is None:
+                raise NoSuchData(self.name, data_key, "deleted while being read") from None
+            raise CorruptData(self.name, data_key, index, "chunk file is missing") from None
+        if len(data) != expected:
+            raise CorruptData(
+                self.name, data_key, index, f"chunk has {len(data)}+ bytes, expected {expected}"
+            )
+        if self.digest(data) != manifest.digests[index]:
+            raise CorruptData(self.name, data_key, index, "siphash digest mismatch")
+        return data
+
+    def size(self, data_key: str) -> int | None:
+        manifest = self._manifest(data_key)
+        return None if manifest is None or manifest.locked else manifest.size
+
+    def stat(self, data_key: str) -> ObjectStat | None:
+        manifest = self._manifest(data_key)
+        if manifest is None:
+            return None
+        return ObjectStat(data_key, manifest.size, manifest.locked, manifest.created)
+
+    def delete(self, data_key: str) -> None:
+        check_object_id(data_key)
+        # The manifest goes first so that readers see the object vanish at once; a crash
+        # part-way leaves an incomplete object, which cleanup removes.
+        with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+            os.unlink(self.manifest_path(data_key))
+        shutil.rmtree(self.object_dir(data_key), ignore_errors=True)
+
+    def lock(self, data_key: str) -> None:
+        self._set_locked(data_key, True)
+
+    def unlock(self, data_key: str) -> None:
+        self._set_locked(data_key, False)
+
+    def _set_locked(self, data_key: str, locked: bool) -> None:
+        manifest = self._manifest(data_key)
+        if manifest is None:
+            raise NoSuchData(self.name, data_key)
+        if manifest.locked != locked:
+            self._replace_manifest(data_key, manifest.with_locked(locked))
+
+    def _object_dirs(self) -> Iterator[tuple[str, str]]:
+        """(objectId, object directory) for every object directory, complete or not."""
+        try:
+            fanouts = [e for e in os.scandir(self._root) if len(e.name) == 3 and e.is_dir()]
+        except FileNotFoundError:
+            return
+        for fanout in fanouts:
+            try:
+                entries = list(os.scandir(fanout.path))
+            except FileNotFoundError:
+                continue
+            for entry in entries:
+                if (
+                    entry.name.endswith(fanout.name)
+                    and is_object_id(entry.name)
+                    and entry.is_dir(follow_symlinks=False)
+                ):
+                    yield entry.name, entry.path
+
+    def keys(self) -> Iterator[str]:
+        for data_key, path in self._object_dirs():
+            if os.path.exists(f"{path}/{MANIFEST}"):
+                yield data_key
+
+    def cleanup(self, referenced: Callable[[str], bool], older_than_s: float = 3600) -> list[str]:
+        removed: list[str] = []
+        now = time.time()
+        for data_key, path in self._object_dirs():
+            try:
+                manifest_mtime: float | None = os.stat(f"{path}/{MANIFEST}").st_mtime
+            except FileNotFoundError:
+                manifest_mtime = None
+            if manifest_mtime is None:
+                if now - _newest_dir_mtime(path) >= older_than_s:
+                    shutil.rmtree(path, ignore_errors=True)
+                    removed.append(data_key)
+            elif now - manifest_mtime >= older_than_s and not referenced(data_key):
+                self.delete(data_key)
+                removed.append(data_key)
+        return removed
+
+    # -- used by SfsWriter ---------------------------------------------------------------
+
+    def _make_object_dirs(self, data_key: str, group: int) -> None:
+        """Create `{fanout}/{objectId}/chunks/{group}` with as few syscalls as possible."""
+        obj_dir = self.object_dir(data_key)
+        try:
+            os.mkdir(obj_dir)
+        except FileNotFoundError:
+            os.makedirs(obj_dir[: -len(data_key) - 1], exist_ok=True)
+            os.mkdir(obj_dir)
+        os.mkdir(f"{obj_dir}/chunks")
+        os.mkdir(f"{obj_dir}/chunks/{group}")
+
+    def _sync_fanout(self, data_key: str) -> None:
+        """Make the object directory's entry, and its fan-out directory's, durable."""
+        fanout = data_key[-3:]
+        _fsync_dir(f"{self._root}/{fanout}")
+        if fanout not in self._durable_fanout:
+            _fsync_dir(self._root)
+            self._durable_fanout.add(fanout)
+
+
+def _newest_dir_mtime(obj_dir: str) -> float:
+    """The latest change under an incomplete object: its directories' mtimes.
+
+    A writer creates chunk files whole, so a directory's mtime moves with every new chunk.
+    """
+    newest = os.stat(obj_dir).st_mtime
+    chunks = f"{obj_dir}/chunks"
+    try:
+        newest = max(newest, os.stat(chunks).st_mtime)
+        for group in os.scandir(chunks):
+            newest = max(newest, group.stat(follow_symlinks=False).st_mtime)
+    except FileNotFoundError:
+        pass
+    return newest
+
+
+class SfsWriter(ObjectWriter):
+    """Streams an object into chunk files; the manifest commits it.
+
+    Holds at most one chunk in memory; `write` of a large buffer writes full chunks
+    straight from the caller's buffer without copying.
+    """
+
+    def __init__(self, repo: SfsRepository, data_key: str, locked: bool) -> None:
+        self.repo = repo
+        self.data_key = data_key
+        self._locked = locked
+        self._chunk_size = repo.chunk_size
+        self._buffer = bytearray()
+        self._digests: list[str] = []
+        self._size = 0
+        self._groups: list[int] = []  # chunk directories created, in order
+        self._state = "open"
+
+    @property
+    def bytes_written(self) -> int:
+        return self._size
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        if self._state != "open":
+            raise RepositoryError(f"writer for {self.data_key!r} is {self._state}")
+        view = memoryview(data).cast("B") if isinstance(data, memoryview) else memoryview(data)
+        try:
+            self._consume(view)
+        except OSError as exc:
+            self.abort()
+            raise RepositoryError(
+                f"writing {self.data_key!r} to {self.repo.name!r}: {exc}"
+            ) from exc
+
+    def _consume(self, view: memoryview) -> None:
+        cs = self._chunk_size
+        buffer = self._buffer
+        pos, total = 0, len(view)
+        self._size += total
+        while pos < total:
+            if not buffer and total - pos >= cs:
+                self._write_chunk(view[pos : pos + cs])
+                pos += cs
+                continue
+            take = min(cs - len(buffer), total - pos)
+            buffer += view[pos : pos + take]
+            pos += take
+            if len(buffer) == cs:
+                self._write_chunk(buffer)
+                buffer.clear()
+
+    def _write_chunk(self, data: bytes | bytearray | memoryview) -> None:
+        index = len(self._digests)
+        group = index // CHUNKS_PER_DIR
+        if not self._groups:
+            self.repo._make_object_dirs(self.data_key, group)
+            self._groups.append(group)
+        elif self._groups[-1] != group:
+            os.mkdir(f"{self.repo.object_dir(self.data_key)}/chunks/{group}")
+            self._groups.append(group)
+        _write_file(self.repo.chunk_path(self.data_key, index), data)
+        self._digests.append(self.repo.digest(data))
+
+    def commit(self) -> Location:
+        if self._state != "open":
+            raise RepositoryError(f"writer for {self.data_key!r} is {self._state}")
+        try:
+            self._commit()
+        except OSError as exc:
+            self.abort()
+            raise RepositoryError(
+                f"committing {self.data_key!r} to {self.repo.name!r}: {exc}"
+            ) from exc
+        self._state = "committed"
+        self._buffer = bytearray()
+        return Location(self.repo.name, self.data_key, self._size)
+
+    def _commit(self) -> None:
+        repo, key = self.repo, self.data_key
+        obj_dir = repo.object_dir(key)
+        if self._buffer:
+            self._write_chunk(self._buffer)
+        if not self._groups:  # an empty object: no chunks, just the manifest
+            try:
+                os.mkdir(obj_dir)
+            except FileNotFoundError:
+                os.makedirs(obj_dir)
+        else:
+            # Chunk entries must be durable before the manifest can make them visible.
+            for group in self._groups:
+                _fsync_dir(f"{obj_dir}/chunks/{group}")
+            _fsync_dir(f"{obj_dir}/chunks")
+        manifest = Manifest(
+            object_id=key,
+            size=self._size,
+            chunk_size=self._chunk_size,
+            digests=tuple(self._digests),
+            created=time.time(),
+            locked=self._locked,
+        )
+        tmp = f"{obj_dir}/.{MANIFEST}.tmp"
+        _write_file(tmp, manifest.to_bytes())
+        os.rename(tmp, f"{obj_dir}/{MANIFEST}")
+        _fsync_dir(obj_dir)
+        repo._sync_fanout(key)
+
+    def abort(self) -> None:
+        if self._state != "open":
+            return
+        self._state = "aborted"
+        self._buffer = bytearray()
+        shutil.rmtree(self.repo.object_dir(self.data_key), ignore_errors=True)
