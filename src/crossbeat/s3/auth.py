@@ -1,0 +1,576 @@
+"""S3 request authentication: SigV4 (header and presigned) and SigV2 (header and presigned).
+
+`authenticate` checks who sent a request from its method, raw path, query string and headers,
+before any body is read, and says how the body is signed (`AuthContext.payload_mode`). The
+body itself is verified by `crossbeat.s3.body.BodyDecoder` as it streams: a hex
+`x-amz-content-sha256` and chunk signatures can only be checked once the bytes arrive, so the
+gateway must not commit an object until `BodyDecoder.finish()` has returned.
+
+Canonicalisation follows what real clients sign (see the S3 protocol notes): the URI is the
+raw path percent-decoded once and re-encoded (every byte but `A-Za-z0-9-_.~/`); the query is
+decoded with `unquote` and re-encoded; signed headers are trimmed and whitespace-collapsed.
+Any region in the credential scope is accepted. A request with no auth information at all
+returns an `AuthContext` whose `principal` is None: refusing it is the caller's decision.
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import hashlib
+import hmac
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from email.utils import parsedate_to_datetime
+from urllib.parse import quote, unquote_to_bytes
+
+from crossbeat.s3.errors import S3Error
+
+ALGORITHM_V4 = "AWS4-HMAC-SHA256"
+ALGORITHM_V4A = "AWS4-ECDSA-P256-SHA256"
+EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
+UNSIGNED_PAYLOAD = "UNSIGNED-PAYLOAD"
+MAX_SKEW = timedelta(minutes=15)
+MAX_PRESIGNED_EXPIRES = 604800  # seven days, the SigV4 limit
+
+# x-amz-content-sha256 value -> payload mode
+PAYLOAD_MODES: dict[str, str] = {
+    UNSIGNED_PAYLOAD: "unsigned",
+    "STREAMING-UNSIGNED-PAYLOAD-TRAILER": "streaming-unsigned-trailer",
+    "STREAMING-AWS4-HMAC-SHA256-PAYLOAD": "streaming-signed",
+    "STREAMING-AWS4-HMAC-SHA256-PAYLOAD-TRAILER": "streaming-signed-trailer",
+}
+_V4A_PAYLOADS = (
+    "STREAMING-AWS4-ECDSA-P256-SHA256-PAYLOAD",
+    "STREAMING-AWS4-ECDSA-P256-SHA256-PAYLOAD-TRAILER",
+)
+_HEX64 = re.compile(r"[0-9a-fA-F]{64}\Z")
+_AMZ_DATE = "%Y%m%dT%H%M%SZ"
+
+# SigV2: the query parameters that are part of the canonical resource
+_V2_SUBRESOURCES = frozenset(
+    {
+        "accelerate", "acl", "analytics", "cors", "delete", "encryption", "inventory",
+        "lifecycle", "location", "logging", "metrics", "notification", "object-lock",
+        "partNumber", "policy", "publicAccessBlock", "replication", "requestPayment",
+        "restore", "retention", "legal-hold", "select", "select-type", "tagging", "torrent",
+        "uploadId", "uploads", "versionId", "versioning", "versions", "website",
+        "response-cache-control", "response-content-disposition", "response-content-encoding",
+        "response-content-language", "response-content-type", "response-expires",
+    }
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Principal:
+    """A user known to the gateway."""
+
+    access_key: str
+    secret_key: str
+    display_name: str
+    is_admin: bool = False
+
+
+@dataclass
+class AuthContext:
+    """Who sent a request and how its body is signed.
+
+    `payload_mode` is one of `hex` (body must hash to `content_sha256`), `unsigned`,
+    `streaming-signed`, `streaming-signed-trailer`, `streaming-unsigned-trailer` (aws-chunked
+    bodies) or `none` (no payload claim: SigV2, anonymous). `signing_key`, `scope`, `amz_date`
+    and `seed_signature` are set for SigV4 and let the body decoder check chunk signatures.
+    `auth_type` is `v4-header`, `v4-query`, `v2-header`, `v2-query` or `anonymous`.
+    """
+
+    principal: Principal | None
+    payload_mode: str
+    content_sha256: str | None
+    signing_key: bytes | None
+    scope: str | None
+    amz_date: str | None
+    seed_signature: str | None
+    auth_type: str = "anonymous"
+    region: str | None = None
+
+
+Lookup = Callable[[str], "Principal | None"]
+
+
+def authenticate(
+    method: str,
+    raw_path: bytes,
+    query_string: bytes,
+    headers: list[tuple[bytes, bytes]],
+    lookup: Lookup,
+    now: datetime | None = None,
+) -> AuthContext:
+    """Authenticate one request (ASGI `raw_path`, `query_string`, `headers`).
+
+    Raises `S3Error`: AccessDenied, SignatureDoesNotMatch, InvalidAccessKeyId,
+    RequestTimeTooSkewed, AuthorizationHeaderMalformed, AuthorizationQueryParametersError,
+    InvalidArgument, InvalidRequest, NotImplemented (SigV4a). Changes nothing.
+    """
+    now = now or datetime.now(UTC)
+    hdrs = _header_map(headers)
+    query = _parse_query(query_string)
+    qnames = {name for name, _ in query}
+    authorization = _one(hdrs, "authorization")
+    has_v4_query = b"X-Amz-Algorithm" in qnames
+    has_v2_query = b"Signature" in qnames and b"AWSAccessKeyId" in qnames
+    if sum((authorization is not None, has_v4_query, has_v2_query)) > 1:
+        raise S3Error(
+            "InvalidArgument",
+            "Only one auth mechanism allowed; only the X-Amz-Algorithm query parameter, "
+            "Signature query string parameter or the Authorization header should be specified",
+        )
+    if authorization is not None:
+        if authorization.startswith(ALGORITHM_V4 + " "):
+            return _v4_header(method, raw_path, query, hdrs, authorization, lookup, now)
+        if authorization.startswith(ALGORITHM_V4A):
+            raise S3Error("NotImplemented", "SigV4a (AWS4-ECDSA-P256-SHA256) is not supported.")
+        if authorization.startswith("AWS "):
+            return _v2_header(method, raw_path, query, hdrs, authorization, lookup, now)
+        raise S3Error("AuthorizationHeaderMalformed", "Unsupported Authorization type.")
+    if has_v4_query:
+        return _v4_query(method, raw_path, query, hdrs, lookup, now)
+    if has_v2_query:
+        return _v2_query(method, raw_path, query, hdrs, lookup, now)
+    mode, sha = _payload_mode(_one(hdrs, "x-amz-content-sha256"), default="none")
+    return AuthContext(None, mode, sha, None, None, None, None)
+
+
+# ---------------------------------------------------------------- SigV4
+
+
+def signing_key(secret_key: str, date: str, region: str, service: str = "s3") -> bytes:
+    """The SigV4 signing key: HMAC chain over date, region, service, `aws4_request`."""
+    return _signing_key(secret_key, date, region, service)
+
+
+@functools.lru_cache(maxsize=1024)
+def _signing_key(secret_key: str, date: str, region: str, service: str) -> bytes:
+    k = _hmac(("AWS4" + secret_key).encode("utf-8"), date.encode("ascii"))
+    k = _hmac(k, region.encode("utf-8"))
+    k = _hmac(k, service.encode("utf-8"))
+    return _hmac(k, b"aws4_request")
+
+
+def canonical_uri(raw_path: bytes) -> str:
+    """Percent-decode the raw path once, then encode every byte but `A-Za-z0-9-_.~/`."""
+    return quote(unquote_to_bytes(raw_path), safe="/")
+
+
+def canonical_query(query: list[tuple[bytes, bytes]], drop: bytes | None = None) -> str:
+    """Decoded with `unquote` (not `+` → space), re-encoded (also `/`), sorted by name, value."""
+    pairs = sorted(
+        (quote(unquote_to_bytes(n), safe=""), quote(unquote_to_bytes(v), safe=""))
+        for n, v in query
+        if n != drop
+    )
+    return "&".join(f"{n}={v}" for n, v in pairs)
+
+
+def _v4_header(
+    method: str,
+    raw_path: bytes,
+    query: list[tuple[bytes, bytes]],
+    hdrs: dict[str, list[str]],
+    authorization: str,
+    lookup: Lookup,
+    now: datetime,
+) -> AuthContext:
+    fields: dict[str, str] = {}
+    for part in authorization[len(ALGORITHM_V4) :].split(","):
+        name, sep, value = part.strip().partition("=")
+        if not sep:
+            raise S3Error(
+                "AuthorizationHeaderMalformed",
+                f"Malformed Authorization component {part.strip()!r}.",
+            )
+        fields[name.strip()] = value.strip()
+    try:
+        credential, signed, signature = (
+            fields["Credential"], fields["SignedHeaders"], fields["Signature"]
+        )  # fmt: skip
+    except KeyError as missing:
+        raise S3Error(
+            "AuthorizationHeaderMalformed",
+            f"The authorization header is missing {missing.args[0]}.",
+        ) from None
+    access_key, date, region = _parse_credential(credential, "AuthorizationHeaderMalformed")
+    signed_headers = signed.split(";")
+    if "host" not in signed_headers:
+        raise S3Error("AuthorizationHeaderMalformed", "SignedHeaders must include host.")
+    if signed_headers != sorted(signed_headers) or any(h != h.lower() for h in signed_headers):
+        raise S3Error(
+            "AuthorizationHeaderMalformed", "SignedHeaders must be sorted lower-case names."
+        )
+    amz_date = _one(hdrs, "x-amz-date")
+    if amz_date is not None:
+        when = _parse_amz_date(amz_date, "AccessDenied")
+    else:
+        http_date = _one(hdrs, "date")
+        if http_date is None:
+            raise S3Error(
+                "AccessDenied", "AWS authentication requires a valid Date or x-amz-date header"
+            )
+        when = _parse_http_date(http_date)
+        amz_date = when.strftime(_AMZ_DATE)
+    if amz_date[:8] != date:
+        raise S3Error(
+            "AuthorizationHeaderMalformed",
+            f"Invalid credential date {date!r}. Date is not the same as X-Amz-Date: {amz_date[:8]!r}.",
+        )
+    sha_header = _one(hdrs, "x-amz-content-sha256")
+    if sha_header is None:
+        if _has_body(hdrs):
+            raise S3Error(
+                "InvalidRequest", "Missing required header for this request: x-amz-content-sha256"
+            )
+        sha_header = EMPTY_SHA256
+    mode, sha = _payload_mode(sha_header, default="hex")
+    unsigned = sorted(h for h in hdrs if h.startswith("x-amz-") and h not in signed_headers)
+    if unsigned:
+        raise S3Error(
+            "AccessDenied",
+            "There were headers present in the request which were not signed: "
+            + ", ".join(unsigned),
+        )
+    principal = _lookup(lookup, access_key)
+    _check_skew(when, now)
+    creq = "\n".join(
+        (
+            method,
+            canonical_uri(raw_path),
+            canonical_query(query),
+            _canonical_headers(hdrs, signed_headers),
+            signed,
+            sha_header,
+        )
+    )
+    scope = f"{date}/{region}/s3/aws4_request"
+    key = signing_key(principal.secret_key, date, region)
+    _verify_v4(key, amz_date, scope, creq, signature)
+    return AuthContext(
+        principal,
+        mode,
+        sha,
+        key,
+        scope,
+        amz_date,
+        signature.lower(),
+        auth_type="v4-header",
+        region=region,
+    )
+
+
+def _v4_query(
+    method: str,
+    raw_path: bytes,
+    query: list[tuple[bytes, bytes]],
+    hdrs: dict[str, list[str]],
+    lookup: Lookup,
+    now: datetime,
+) -> AuthContext:
+    params: dict[bytes, str] = {}
+    for n, v in query:
+        if n.startswith(b"X-Amz-"):
+            params[n] = unquote_to_bytes(v).decode("utf-8", "replace")
+    algorithm = params.get(b"X-Amz-Algorithm")
+    if algorithm == ALGORITHM_V4A:
+        raise S3Error("NotImplemented", "SigV4a (AWS4-ECDSA-P256-SHA256) is not supported.")
+    if algorithm != ALGORITHM_V4:
+        raise S3Error(
+            "AuthorizationQueryParametersError", 'X-Amz-Algorithm only supports "AWS4-HMAC-SHA256"'
+        )
+    try:
+        credential = params[b"X-Amz-Credential"]
+        amz_date = params[b"X-Amz-Date"]
+        expires_text = params[b"X-Amz-Expires"]
+        signed = params[b"X-Amz-SignedHeaders"]
+        signature = params[b"X-Amz-Signature"]
+    except KeyError as missing:
+        raise S3Error(
+            "AuthorizationQueryParametersError",
+            f"Query-string authentication version 4 requires {missing.args[0].decode()}.",
+        ) from None
+    access_key, date, region = _parse_credential(credential, "AuthorizationQueryParametersError")
+    when = _parse_amz_date(amz_date, "AuthorizationQueryParametersError")
+    if amz_date[:8] != date:
+        raise S3Error(
+            "AuthorizationQueryParametersError", "Credential date does not match X-Amz-Date."
+        )
+    if not expires_text.isdigit():
+        raise S3Error("AuthorizationQueryParametersError", "X-Amz-Expires should be a number")
+    expires = int(expires_text)
+    if expires > MAX_PRESIGNED_EXPIRES:
+        raise S3Error(
+            "AuthorizationQueryParametersError",
+            "X-Amz-Expires must be less than a week (in seconds) that is 604800",
+        )
+    signed_headers = signed.split(";")
+    if "host" not in signed_headers:
+        raise S3Error("AuthorizationQueryParametersError", "X-Amz-SignedHeaders must include host.")
+    principal = _lookup(lookup, access_key)
+    if now > when + timedelta(seconds=expires):
+        raise S3Error("AccessDenied", "Request has expired")
+    if when - now > MAX_SKEW:
+        raise S3Error("AccessDenied", "Request is not yet valid")
+    # a presigned URL may still carry a signed x-amz-content-sha256 header
+    sha_header = (
+        _one(hdrs, "x-amz-content-sha256") if "x-amz-content-sha256" in signed_headers else None
+    )
+    payload_hash = sha_header if sha_header is not None else UNSIGNED_PAYLOAD
+    mode, sha = _payload_mode(payload_hash, default="unsigned")
+    creq = "\n".join(
+        (
+            method,
+            canonical_uri(raw_path),
+            canonical_query(query, drop=b"X-Amz-Signature"),
+            _canonical_headers(hdrs, signed_headers),
+            signed,
+            payload_hash,
+        )
+    )
+    scope = f"{date}/{region}/s3/aws4_request"
+    key = signing_key(principal.secret_key, date, region)
+    _verify_v4(key, amz_date, scope, creq, signature)
+    return AuthContext(
+        principal,
+        mode,
+        sha,
+        key,
+        scope,
+        amz_date,
+        signature.lower(),
+        auth_type="v4-query",
+        region=region,
+    )
+
+
+def _verify_v4(key: bytes, amz_date: str, scope: str, creq: str, signature: str) -> None:
+    string_to_sign = "\n".join(
+        (ALGORITHM_V4, amz_date, scope, hashlib.sha256(creq.encode("utf-8")).hexdigest())
+    )
+    expected = hmac.new(key, string_to_sign.encode("utf-8"), hashlib.sha256).hexdigest()
+    if not hmac.compare_digest(expected, signature.lower()):
+        raise S3Error("SignatureDoesNotMatch")
+
+
+def _parse_credential(credential: str, code: str) -> tuple[str, str, str]:
+    parts = credential.rsplit("/", 4)
+    if len(parts) != 5 or not parts[0]:
+        raise S3Error(code, f"Malformed credential {credential!r}.")
+    access_key, date, region, service, terminator = parts
+    if len(date) != 8 or not date.isdigit():
+        raise S3Error(code, f"Invalid credential date {date!r}.")
+    if service != "s3":
+        raise S3Error(code, f'Incorrect service {service!r}. This endpoint belongs to "s3".')
+    if terminator != "aws4_request":
+        raise S3Error(
+            code, f'Incorrect terminal {terminator!r}. This endpoint uses "aws4_request".'
+        )
+    return access_key, date, region
+
+
+def _canonical_headers(hdrs: dict[str, list[str]], signed_headers: list[str]) -> str:
+    lines = []
+    for name in signed_headers:
+        values = hdrs.get(name, [])
+        lines.append(name + ":" + ",".join(" ".join(v.split()) for v in values) + "\n")
+    return "".join(lines)
+
+
+def _payload_mode(value: str | None, default: str) -> tuple[str, str | None]:
+    """(payload_mode, hex sha256 or None) for an `x-amz-content-sha256` value."""
+    if value is None:
+        return default, None
+    if _HEX64.match(value):
+        return "hex", value.lower()
+    mode = PAYLOAD_MODES.get(value)
+    if mode is not None:
+        return mode, None
+    if value in _V4A_PAYLOADS:
+        raise S3Error("NotImplemented", "SigV4a streaming payloads are not supported.")
+    raise S3Error(
+        "InvalidArgument",
+        "x-amz-content-sha256 must be UNSIGNED-PAYLOAD, STREAMING-UNSIGNED-PAYLOAD-TRAILER, "
+        "STREAMING-AWS4-HMAC-SHA256-PAYLOAD(-TRAILER) or a valid sha256 value.",
+        extra={"ArgumentName": "x-amz-content-sha256", "ArgumentValue": value},
+    )
+
+
+# ---------------------------------------------------------------- SigV2
+
+
+def _v2_header(
+    method: str,
+    raw_path: bytes,
+    query: list[tuple[bytes, bytes]],
+    hdrs: dict[str, list[str]],
+    authorization: str,
+    lookup: Lookup,
+    now: datetime,
+) -> AuthContext:
+    access_key, sep, signature = authorization[4:].strip().rpartition(":")
+    if not sep or not access_key or not signature:
+        raise S3Error("AccessDenied", "Malformed SigV2 Authorization header.")
+    principal = _lookup(lookup, access_key)
+    amz_date = _one(hdrs, "x-amz-date")
+    http_date = _one(hdrs, "date")
+    if amz_date is None and http_date is None:
+        raise S3Error(
+            "AccessDenied", "AWS authentication requires a valid Date or x-amz-date header"
+        )
+    when_text = amz_date if amz_date is not None else http_date
+    assert when_text is not None
+    when = _parse_amz_or_http_date(when_text)
+    _check_skew(when, now)
+    # with x-amz-date the Date line is empty: x-amz-date is signed among the x-amz headers
+    date_line = "" if amz_date is not None else (http_date or "")
+    _verify_v2(principal, method, raw_path, query, hdrs, date_line, signature)
+    mode, sha = _payload_mode(_one(hdrs, "x-amz-content-sha256"), default="none")
+    return AuthContext(principal, mode, sha, None, None, None, None, auth_type="v2-header")
+
+
+def _v2_query(
+    method: str,
+    raw_path: bytes,
+    query: list[tuple[bytes, bytes]],
+    hdrs: dict[str, list[str]],
+    lookup: Lookup,
+    now: datetime,
+) -> AuthContext:
+    params = {n: unquote_to_bytes(v).decode("utf-8", "replace") for n, v in query}
+    expires_text = params.get(b"Expires")
+    if expires_text is None or not expires_text.isdigit():
+        raise S3Error("AccessDenied", "Query-string authentication requires the Expires parameter")
+    principal = _lookup(lookup, params[b"AWSAccessKeyId"])
+    if now.timestamp() > int(expires_text):
+        raise S3Error("AccessDenied", "Request has expired")
+    _verify_v2(principal, method, raw_path, query, hdrs, expires_text, params[b"Signature"])
+    mode, sha = _payload_mode(_one(hdrs, "x-amz-content-sha256"), default="none")
+    return AuthContext(principal, mode, sha, None, None, None, None, auth_type="v2-query")
+
+
+def _verify_v2(
+    principal: Principal,
+    method: str,
+    raw_path: bytes,
+    query: list[tuple[bytes, bytes]],
+    hdrs: dict[str, list[str]],
+    date_line: str,
+    signature: str,
+) -> None:
+    amz = "".join(
+        f"{name}:{','.join(' '.join(v.split()) for v in hdrs[name])}\n"
+        for name in sorted(hdrs)
+        if name.startswith("x-amz-")
+    )
+    subresources = sorted(
+        (
+            (n.decode("latin-1"), unquote_to_bytes(v).decode("utf-8", "replace"))
+            for n, v in query
+            if n.decode("latin-1") in _V2_SUBRESOURCES
+        ),
+        key=lambda pair: pair[0],
+    )
+    sub = "&".join(f"{n}={v}" if v else n for n, v in subresources)
+    head = "\n".join(
+        (method, _one(hdrs, "content-md5") or "", _one(hdrs, "content-type") or "", date_line)
+    )
+    given = signature.strip().encode("ascii", "replace")
+    # clients differ in how they escape the path they sign: accept the raw form and the
+    # canonical (decode once, re-encode) form
+    raw = raw_path.decode("latin-1")
+    for path in dict.fromkeys((raw, canonical_uri(raw_path))):
+        resource = path + ("?" + sub if sub else "")
+        string_to_sign = f"{head}\n{amz}{resource}"
+        mac = hmac.new(
+            principal.secret_key.encode("utf-8"), string_to_sign.encode("utf-8"), hashlib.sha1
+        )
+        if hmac.compare_digest(base64.b64encode(mac.digest()), given):
+            return
+    raise S3Error("SignatureDoesNotMatch")
+
+
+# ---------------------------------------------------------------- shared helpers
+
+
+def _hmac(key: bytes, msg: bytes) -> bytes:
+    return hmac.new(key, msg, hashlib.sha256).digest()
+
+
+def _header_map(headers: list[tuple[bytes, bytes]]) -> dict[str, list[str]]:
+    """Lower-case name -> values in arrival order (latin-1 keeps the bytes exact)."""
+    out: dict[str, list[str]] = {}
+    for name, value in headers:
+        out.setdefault(name.decode("latin-1").lower(), []).append(value.decode("latin-1"))
+    return out
+
+
+def _one(hdrs: dict[str, list[str]], name: str) -> str | None:
+    values = hdrs.get(name)
+    if not values:
+        return None
+    return ",".join(v.strip() for v in values)
+
+
+def _parse_query(query_string: bytes) -> list[tuple[bytes, bytes]]:
+    """Raw (still percent-encoded) pairs; `uploads` ≡ `uploads=`."""
+    pairs = []
+    for piece in query_string.split(b"&"):
+        if piece:
+            name, _, value = piece.partition(b"=")
+            pairs.append((name, value))
+    return pairs
+
+
+def _has_body(hdrs: dict[str, list[str]]) -> bool:
+    length = _one(hdrs, "content-length")
+    if length is not None:
+        return length.strip() not in ("", "0")
+    return "transfer-encoding" in hdrs
+
+
+def _lookup(lookup: Lookup, access_key: str) -> Principal:
+    principal = lookup(access_key)
+    if principal is None:
+        raise S3Error("InvalidAccessKeyId")
+    return principal
+
+
+def _check_skew(when: datetime, now: datetime) -> None:
+    if abs(now - when) > MAX_SKEW:
+        raise S3Error(
+            "RequestTimeTooSkewed",
+            extra={
+                "RequestTime": when.strftime(_AMZ_DATE),
+                "ServerTime": now.strftime(_AMZ_DATE),
+                "MaxAllowedSkewMilliseconds": "900000",
+            },
+        )
+
+
+def _parse_amz_date(value: str, code: str) -> datetime:
+    try:
+        return datetime.strptime(value, _AMZ_DATE).replace(tzinfo=UTC)
+    except ValueError:
+        raise S3Error(code, f"Invalid date {value!r}; expected yyyyMMddTHHmmssZ.") from None
+
+
+def _parse_http_date(value: str) -> datetime:
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        raise S3Error("AccessDenied", f"Invalid date {value!r}.") from None
+    return when if when.tzinfo else when.replace(tzinfo=UTC)
+
+
+def _parse_amz_or_http_date(value: str) -> datetime:
+    try:
+        return datetime.strptime(value, _AMZ_DATE).replace(tzinfo=UTC)
+    except ValueError:
+        return _parse_http_date(value)
