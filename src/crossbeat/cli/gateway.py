@@ -1,0 +1,52 @@
+"""`crossbeat gateway`: serve S3 from a data directory."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import click
+
+from crossbeat.config import load_toml, section_settings
+from crossbeat.errors import CrossbeatError
+
+
+@click.command()
+@click.option("--data-dir", type=click.Path(path_type=Path), help="Where metadata and data live.")
+@click.option("--listen", help="HOST:PORT to bind (port 0 picks a free port).")
+@click.option("--config", "config_file", type=click.Path(path_type=Path), help="crossbeat.toml")
+@click.option("--tls-cert", type=click.Path(path_type=Path), help="PEM certificate: serve https")
+@click.option("--tls-key", type=click.Path(path_type=Path), help="PEM private key")
+@click.option("--site", help="This site's name (replication destinations name sites).")
+def gateway(
+    data_dir: Path | None,
+    listen: str | None,
+    config_file: Path | None,
+    tls_cert: Path | None,
+    tls_key: Path | None,
+    site: str | None,
+) -> None:
+    """Serve the S3 API; every metadata change lands in the journal."""
+    from crossbeat.s3.credentials import principals, root_principal
+    from crossbeat.s3.gateway import Gateway
+    from crossbeat.s3.server import bind, serve
+    from crossbeat.s3.settings import GatewaySettings
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    try:
+        settings = section_settings(
+            GatewaySettings, load_toml(config_file), "gateway",
+            data_dir=data_dir, listen=listen, tls_cert=tls_cert, tls_key=tls_key, site=site,
+        )
+        root, generated = root_principal(settings)
+        gw = Gateway.open(settings, principals(settings, root))
+        sock = bind(settings.listen)
+    except (CrossbeatError, OSError, ValueError) as exc:
+        raise click.ClickException(str(exc)) from exc
+    if generated:
+        click.echo(f"generated root credentials: access key {root.access_key} secret key {root.secret_key}")
+        click.echo(f"(kept in {Path(settings.data_dir) / 'root-credentials.json'})")
+    try:
+        serve(gw, sock, lambda url: click.echo(f"crossbeat gateway listening on {url}"))
+    finally:
+        gw.close()

@@ -1,0 +1,209 @@
+"""Bucket handlers: create/head/delete/list, versioning, replication and notification configs."""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from functools import partial
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from crossbeat.metadata import Bucket
+from crossbeat.metadata.errors import BucketExists, BucketNotEmpty, NoSuchBucket
+from crossbeat.s3 import listing, notification_config, replication_config, xmldoc
+from crossbeat.s3.auth import Principal
+from crossbeat.s3.datapath import read_document
+from crossbeat.s3.errors import S3Error
+from crossbeat.s3.http import Request, Response, xml_response
+
+if TYPE_CHECKING:
+    from crossbeat.s3.gateway import Gateway
+
+BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+XMLNS = "http://s3.amazonaws.com/doc/2006-03-01/"
+
+
+def now_iso() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.") + f"{datetime.now(UTC).microsecond // 1000:03d}Z"
+
+
+def validate_bucket_name(name: str) -> None:
+    bad = not BUCKET_RE.match(name) or ".." in name or ".-" in name or "-." in name
+    if not bad:
+        try:
+            ipaddress.ip_address(name)
+            bad = True
+        except ValueError:
+            pass
+    if bad or name.startswith("xn--") or name.endswith("-s3alias"):
+        raise S3Error("InvalidBucketName", resource=f"/{name}", extra={"BucketName": name})
+
+
+async def list_buckets(gw: Gateway, req: Request, p: Principal) -> Response:
+    all_buckets = await gw.run(gw.store.list_buckets)
+    mine = [b for b in all_buckets if b.owner == p.access_key]
+    return xml_response(xmldoc.list_buckets_xml(mine, p.access_key, p.display_name))
+
+
+async def create_bucket(gw: Gateway, req: Request, p: Principal, ctx: Any) -> Response:
+    validate_bucket_name(req.bucket)
+    body = await read_document(req, ctx)
+    constraint = xmldoc.parse_create_bucket(body) if body.strip() else None
+    location = gw.location_name(constraint)
+    bucket = Bucket(name=req.bucket, owner=p.access_key, location=location, created=now_iso())
+    if req.headers.get("x-amz-bucket-object-lock-enabled", "").lower() == "true":
+        bucket.attrs["objectLock"] = True
+    try:
+        await gw.run(gw.store.create_bucket, bucket)
+    except BucketExists as exc:
+        existing = exc.existing
+        if existing is not None and existing.owner == p.access_key:
+            raise S3Error("BucketAlreadyOwnedByYou", resource=f"/{req.bucket}") from exc
+        raise S3Error("BucketAlreadyExists", resource=f"/{req.bucket}") from exc
+    return Response(headers={"location": f"/{req.bucket}"})
+
+
+async def head_bucket(gw: Gateway, req: Request, p: Principal) -> Response:
+    await gw.bucket(req.bucket, p)
+    return Response(headers={"x-amz-bucket-region": gw.settings.region})
+
+
+async def delete_bucket(gw: Gateway, req: Request, p: Principal) -> Response:
+    await gw.bucket(req.bucket, p)
+    try:
+        await gw.run(gw.store.delete_bucket, req.bucket)
+    except BucketNotEmpty as exc:
+        raise S3Error("BucketNotEmpty", resource=f"/{req.bucket}", extra={"BucketName": req.bucket}) from exc
+    except NoSuchBucket as exc:
+        raise S3Error("NoSuchBucket", resource=f"/{req.bucket}") from exc
+    return Response(status=204)
+
+
+async def list_objects(gw: Gateway, req: Request, p: Principal, v2: bool) -> Response:
+    bucket = await gw.bucket(req.bucket, p)
+    body = await gw.run(
+        partial(listing.list_objects, owner=(p.access_key, p.display_name)), gw.store, bucket, req.query, v2
+    )
+    return xml_response(body)
+
+
+async def list_versions(gw: Gateway, req: Request, p: Principal) -> Response:
+    bucket = await gw.bucket(req.bucket, p)
+    body = await gw.run(
+        partial(listing.list_object_versions, owner=(p.access_key, p.display_name)), gw.store, bucket, req.query
+    )
+    return xml_response(body)
+
+
+async def put_versioning(gw: Gateway, req: Request, p: Principal, ctx: Any) -> Response:
+    bucket = await gw.bucket(req.bucket, p)
+    status = xmldoc.parse_versioning(await read_document(req, ctx))
+    if status == "Suspended" and bucket.replication:
+        raise S3Error(
+            "InvalidBucketState",
+            "Replication configuration is present: versioning cannot be suspended.",
+            status=409,
+        )
+    await gw.run(gw.store.update_bucket, req.bucket, versioning=status)
+    return Response()
+
+
+async def put_replication(gw: Gateway, req: Request, p: Principal, ctx: Any) -> Response:
+    bucket = await gw.bucket(req.bucket, p)
+    config = replication_config.parse_replication(await read_document(req, ctx), bucket.versioning)
+    await gw.run(gw.store.update_bucket, req.bucket, replication=config)
+    return Response()
+
+
+async def put_notification(gw: Gateway, req: Request, p: Principal, ctx: Any) -> Response:
+    await gw.bucket(req.bucket, p)
+    config = notification_config.parse_notification(await read_document(req, ctx))
+    await gw.run(gw.store.update_bucket, req.bucket, notification=config or None)
+    return Response()
+
+
+async def put_tagging(gw: Gateway, req: Request, p: Principal, ctx: Any) -> Response:
+    bucket = await gw.bucket(req.bucket, p)
+    tags = xmldoc.parse_tagging(await read_document(req, ctx), max_tags=50)
+    attrs = dict(bucket.attrs)
+    attrs["tags"] = tags
+    await gw.run(gw.store.update_bucket, req.bucket, attrs=attrs)
+    return Response(status=204)
+
+
+async def put_acl(gw: Gateway, req: Request, p: Principal, ctx: Any) -> Response:
+    # ACLs are not modelled: ownership decides access. Accept private (the default) only.
+    await gw.bucket(req.bucket, p)
+    await read_document(req, ctx)
+    acl = req.headers.get("x-amz-acl", "private")
+    if acl != "private":
+        raise S3Error("NotImplemented", f"canned ACL {acl!r} is not supported; buckets are private")
+    return Response()
+
+
+def acl_xml(owner_id: str, owner_name: str) -> bytes:
+    return (
+        '<?xml version="1.0" encoding="UTF-8"?>'
+        f'<AccessControlPolicy xmlns="{XMLNS}"><Owner><ID>{owner_id}</ID>'
+        f"<DisplayName>{owner_name}</DisplayName></Owner><AccessControlList><Grant>"
+        '<Grantee xmlns:xsi="http://www.w3.org/2001/XMLSchema-instance" xsi:type="CanonicalUser">'
+        f"<ID>{owner_id}</ID><DisplayName>{owner_name}</DisplayName></Grantee>"
+        "<Permission>FULL_CONTROL</Permission></Grant></AccessControlList></AccessControlPolicy>"
+    ).encode()
+
+
+NOT_CONFIGURED = {
+    "policy": ("NoSuchBucketPolicy", "The bucket policy does not exist"),
+    "object-lock": ("ObjectLockConfigurationNotFoundError", "Object Lock configuration does not exist for this bucket"),
+    "lifecycle": ("NoSuchLifecycleConfiguration", "The lifecycle configuration does not exist"),
+    "cors": ("NoSuchCORSConfiguration", "The CORS configuration does not exist"),
+    "encryption": ("ServerSideEncryptionConfigurationNotFoundError", "The server side encryption configuration was not found"),
+    "website": ("NoSuchWebsiteConfiguration", "The specified bucket does not have a website configuration"),
+    "ownershipControls": ("OwnershipControlsNotFoundError", "The bucket ownership controls were not found"),
+    "publicAccessBlock": ("NoSuchPublicAccessBlockConfiguration", "The public access block configuration was not found"),
+}
+
+
+async def get_sub(gw: Gateway, req: Request, p: Principal, sub: str) -> Response:
+    bucket = await gw.bucket(req.bucket, p)
+    if sub == "versioning":
+        return xml_response(xmldoc.versioning_xml(bucket.versioning))
+    if sub == "location":
+        name = "" if bucket.location == gw.settings.default_location else bucket.location
+        if not name and gw.settings.region != "us-east-1":
+            name = gw.settings.region
+        return xml_response(xmldoc.location_xml(name))
+    if sub == "replication":
+        if not bucket.replication:
+            raise S3Error("ReplicationConfigurationNotFoundError", resource=f"/{req.bucket}", extra={"BucketName": req.bucket})
+        return xml_response(replication_config.replication_xml(bucket.replication))
+    if sub == "notification":
+        return xml_response(notification_config.notification_xml(bucket.notification or {}))
+    if sub == "tagging":
+        tags = bucket.attrs.get("tags")
+        if not tags:
+            raise S3Error("NoSuchTagSet", resource=f"/{req.bucket}")
+        return xml_response(xmldoc.tagging_xml(tags))
+    if sub == "acl":
+        return xml_response(acl_xml(p.access_key, p.display_name))
+    if sub == "logging":
+        return xml_response(f'<?xml version="1.0" encoding="UTF-8"?><BucketLoggingStatus xmlns="{XMLNS}"/>'.encode())
+    if sub == "requestPayment":
+        return xml_response(f'<?xml version="1.0" encoding="UTF-8"?><RequestPaymentConfiguration xmlns="{XMLNS}"><Payer>BucketOwner</Payer></RequestPaymentConfiguration>'.encode())
+    if sub == "accelerate":
+        return xml_response(f'<?xml version="1.0" encoding="UTF-8"?><AccelerateConfiguration xmlns="{XMLNS}"/>'.encode())
+    code, message = NOT_CONFIGURED[sub]
+    raise S3Error(code, message, status=404, resource=f"/{req.bucket}", extra={"BucketName": req.bucket})
+
+
+async def delete_sub(gw: Gateway, req: Request, p: Principal, sub: str) -> Response:
+    bucket = await gw.bucket(req.bucket, p)
+    if sub == "replication":
+        await gw.run(gw.store.update_bucket, req.bucket, replication=None)
+    elif sub == "notification":
+        await gw.run(gw.store.update_bucket, req.bucket, notification=None)
+    elif sub == "tagging":
+        attrs = dict(bucket.attrs)
+        attrs.pop("tags", None)
+        await gw.run(gw.store.update_bucket, req.bucket, attrs=attrs)
+    return Response(status=204)

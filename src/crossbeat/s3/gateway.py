@@ -1,0 +1,219 @@
+"""The gateway: shared state (store, repositories, principals, worker threads) and the ASGI
+entry point. S3Error becomes the S3 XML error body here and nowhere else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
+from pathlib import Path
+from typing import Any, TypeVar
+
+from crossbeat.metadata import Bucket, MetadataStore, open_store
+from crossbeat.metadata.settings import MetadataSettings
+from crossbeat.repositories import Repository, open_repositories
+from crossbeat.repositories.settings import RepositorySettings
+from crossbeat.s3 import router
+from crossbeat.s3.auth import Principal, authenticate
+from crossbeat.s3.errors import S3Error
+from crossbeat.s3.http import Receive, Request, Response, Scope, Send
+from crossbeat.s3.settings import GatewaySettings
+from crossbeat.s3.xmldoc import error_xml
+
+log = logging.getLogger("crossbeat.gateway")
+T = TypeVar("T")
+
+
+class Gateway:
+    """One S3 site: a metadata store, named data repositories and the users allowed in."""
+
+    def __init__(
+        self,
+        settings: GatewaySettings,
+        store: MetadataStore,
+        repositories: dict[str, Repository],
+        principals: dict[str, Principal],
+    ) -> None:
+        self.settings = settings
+        self.store = store
+        self.repositories = repositories
+        self.principals = principals
+        self.executor = ThreadPoolExecutor(settings.worker_threads, thread_name_prefix="s3")
+
+    # -- construction -------------------------------------------------------------------
+    @classmethod
+    def open(cls, settings: GatewaySettings, principals: dict[str, Principal]) -> Gateway:
+        data_dir = Path(settings.data_dir)
+        data_dir.mkdir(parents=True, exist_ok=True)
+        store = open_store(
+            data_dir / "metadata.sqlite",
+            MetadataSettings(
+                journal_retention_entries=settings.journal_retention_entries,
+                journal_retention_seconds=settings.journal_retention_seconds,
+            ),
+        )
+        repo_cfg: dict[str, RepositorySettings] = {
+            name: RepositorySettings.model_validate(cfg) for name, cfg in settings.repositories.items()
+        }
+        if settings.default_location not in repo_cfg:
+            repo_cfg[settings.default_location] = RepositorySettings.model_validate(
+                {"type": "sfs", "root": str(data_dir / "sfs"), "chunk_size": settings.chunk_size}
+            )
+        repositories = open_repositories(repo_cfg, data_dir)
+        gw = cls(settings, store, repositories, principals)
+        if settings.cleanup_on_start:
+            removed = gw.cleanup()
+            if removed:
+                log.info("cleanup removed %d orphan data objects", len(removed))
+        return gw
+
+    def close(self) -> None:
+        self.executor.shutdown(wait=True)
+        self.store.close()
+
+    # -- helpers for handlers -----------------------------------------------------------
+    async def run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Run blocking work (file I/O, SQLite) on the gateway's worker threads."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self.executor, partial(fn, *args, **kwargs))
+
+    def repository(self, name: str) -> Repository:
+        repo = self.repositories.get(name)
+        if repo is None:
+            raise S3Error("InternalError", f"unknown data location {name!r}")
+        return repo
+
+    def location_for(self, bucket: Bucket) -> Repository:
+        return self.repository(bucket.location or self.settings.default_location)
+
+    def location_name(self, constraint: str | None) -> str:
+        """The repository a LocationConstraint selects (the region name selects the default)."""
+        if not constraint or constraint in (self.settings.region, "us-east-1", "EU"):
+            return self.settings.default_location
+        if constraint in self.repositories:
+            return constraint
+        raise S3Error("InvalidLocationConstraint", f"unknown location constraint {constraint!r}")
+
+    async def bucket(self, name: str, principal: Principal) -> Bucket:
+        """The bucket if it exists and `principal` owns it; S3 errors otherwise."""
+        bucket = await self.run(self.store.get_bucket, name)
+        if bucket is None:
+            raise S3Error("NoSuchBucket", resource=f"/{name}", extra={"BucketName": name})
+        if bucket.owner != principal.access_key:
+            raise S3Error("AccessDenied", resource=f"/{name}")
+        return bucket
+
+    def free_now(self, metas: list[dict[str, Any]]) -> None:
+        """Delete the data of versions or parts that no metadata points at any more."""
+        for meta in metas:
+            for loc in meta.get("location") or []:
+                repo = self.repositories.get(loc.get("location", ""))
+                if repo is None:
+                    continue
+                try:
+                    repo.delete(loc["dataKey"])
+                except Exception:  # noqa: BLE001 - cleanup pass will retry orphans
+                    log.exception("could not delete data %s", loc)
+
+    async def free(self, metas: list[dict[str, Any]]) -> None:
+        if any(m.get("location") for m in metas):
+            await self.run(self.free_now, metas)
+
+    def referenced_keys(self) -> set[tuple[str, str]]:
+        """Every (location, dataKey) that a version or an upload part points at."""
+        refs: set[tuple[str, str]] = set()
+
+        def add(meta: dict[str, Any]) -> None:
+            for loc in meta.get("location") or []:
+                refs.add((loc["location"], loc["dataKey"]))
+
+        for bucket in self.store.list_buckets():
+            key_marker, version_marker = "", ""
+            while True:
+                page = self.store.list_versions(
+                    bucket.name, key_marker=key_marker, version_marker=version_marker, limit=1000
+                )
+                for meta in page:
+                    add(meta)
+                if len(page) < 1000:
+                    break
+                key_marker, version_marker = page[-1]["key"], page[-1]["versionId"]
+            key_marker, upload_marker = "", ""
+            while True:
+                uploads = self.store.list_uploads(
+                    bucket.name, key_marker=key_marker, upload_id_marker=upload_marker, limit=1000
+                )
+                for upload in uploads:
+                    marker = 0
+                    while True:
+                        parts = self.store.list_parts(upload["uploadId"], marker=marker, limit=1000)
+                        for part in parts:
+                            add(part)
+                        if len(parts) < 1000:
+                            break
+                        marker = parts[-1]["partNumber"]
+                if len(uploads) < 1000:
+                    break
+                key_marker, upload_marker = uploads[-1]["key"], uploads[-1]["uploadId"]
+        return refs
+
+    def cleanup(self, older_than_s: float = 0.0) -> list[str]:
+        """Remove half-written and unreferenced data (run when no request is in flight)."""
+        refs = self.referenced_keys()
+        removed: list[str] = []
+        for name, repo in self.repositories.items():
+            removed += repo.cleanup(lambda key, n=name: (n, key) in refs, older_than_s=older_than_s)
+        return removed
+
+    # -- ASGI ---------------------------------------------------------------------------
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await _lifespan(receive, send)
+            return
+        if scope["type"] != "http":
+            return
+        req = Request.from_scope(scope, receive)
+        head_only = req.method == "HEAD"
+        try:
+            principal, ctx = self.authenticate(req)
+            response = await router.dispatch(self, req, principal, ctx)
+        except S3Error as err:
+            response = self.error_response(err, req)
+        except ConnectionError:
+            return
+        except Exception:
+            log.exception("internal error on %s %s", req.method, req.raw_path)
+            response = self.error_response(S3Error("InternalError"), req)
+        await response.send(send, req, head_only=head_only)
+
+    def authenticate(self, req: Request) -> tuple[Principal, Any]:
+        ctx = authenticate(
+            req.method, req.raw_path, req.query_string, req.raw_headers, self.principals.get
+        )
+        if ctx.principal is None:
+            raise S3Error("AccessDenied", "Anonymous access is not allowed.")
+        return ctx.principal, ctx
+
+    def error_response(self, err: S3Error, req: Request) -> Response:
+        resource = err.resource or req.raw_path.decode("latin-1")
+        if not err.resource:
+            err.resource = resource
+        headers = {"content-type": "application/xml"}
+        headers.update(err.headers)
+        if err.status == 304:
+            return Response(status=304, headers={k: v for k, v in headers.items() if k != "content-type"})
+        body = error_xml(err, req.request_id)
+        return Response(status=err.status, headers=headers, body=body)
+
+
+async def _lifespan(receive: Receive, send: Send) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await send({"type": "lifespan.shutdown.complete"})
+            return

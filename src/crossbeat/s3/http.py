@@ -1,0 +1,148 @@
+"""Minimal ASGI request/response plumbing for the gateway (no framework on the hot path)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, MutableMapping
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import unquote
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+
+
+def parse_query(query_string: bytes) -> dict[str, str]:
+    """S3 query parameters: `uploads` ≡ `uploads=`; values percent-decoded (not '+')."""
+    out: dict[str, str] = {}
+    if not query_string:
+        return out
+    for part in query_string.decode("latin-1").split("&"):
+        if not part:
+            continue
+        name, _, value = part.partition("=")
+        out[unquote(name)] = unquote(value.replace("+", "%20")) if "+" in value else unquote(value)
+    return out
+
+
+@dataclass
+class Request:
+    """One S3 request: method, decoded path parts, query, lower-cased headers."""
+
+    scope: Scope
+    receive: Receive
+    method: str
+    raw_path: bytes
+    query_string: bytes
+    query: dict[str, str]
+    headers: dict[str, str]
+    raw_headers: list[tuple[bytes, bytes]]
+    bucket: str = ""
+    key: str = ""
+    request_id: str = field(default_factory=lambda: uuid.uuid4().hex[:16].upper())
+
+    @classmethod
+    def from_scope(cls, scope: Scope, receive: Receive) -> Request:
+        raw_headers = list(scope.get("headers") or [])
+        headers: dict[str, str] = {}
+        for k, v in raw_headers:
+            name = k.decode("latin-1").lower()
+            value = v.decode("latin-1")
+            headers[name] = f"{headers[name]},{value}" if name in headers else value
+        raw_path = scope.get("raw_path") or scope["path"].encode()
+        path_only = raw_path.split(b"?", 1)[0]
+        qs = scope.get("query_string", b"")
+        req = cls(
+            scope=scope,
+            receive=receive,
+            method=scope["method"],
+            raw_path=path_only,
+            query_string=qs,
+            query=parse_query(qs),
+            headers=headers,
+            raw_headers=raw_headers,
+        )
+        path = unquote(path_only.decode("latin-1"), encoding="utf-8", errors="surrogateescape")
+        if path.startswith("/"):
+            path = path[1:]
+        bucket, _, key = path.partition("/")
+        req.bucket = bucket
+        req.key = key
+        return req
+
+    async def body_chunks(self) -> AsyncIterator[bytes]:
+        """The raw HTTP body, piece by piece, as uvicorn delivers it."""
+        while True:
+            message = await self.receive()
+            if message["type"] == "http.disconnect":
+                raise ConnectionError("client disconnected")
+            chunk = message.get("body", b"")
+            if chunk:
+                yield chunk
+            if not message.get("more_body", False):
+                return
+
+    async def read_body(self, limit: int = 16 * 1024 * 1024) -> bytes:
+        """The whole raw body (for small XML/JSON documents); refuses more than `limit`."""
+        parts: list[bytes] = []
+        total = 0
+        async for chunk in self.body_chunks():
+            total += len(chunk)
+            if total > limit:
+                from crossbeat.s3.errors import S3Error
+
+                raise S3Error("EntityTooLarge", "The request body is too large.")
+            parts.append(chunk)
+        return b"".join(parts)
+
+
+@dataclass
+class Response:
+    """A response whose body is bytes or an async iterator of bytes."""
+
+    status: int = 200
+    headers: dict[str, str] = field(default_factory=dict)
+    body: bytes = b""
+    stream: AsyncIterator[bytes] | None = None
+
+    async def send(self, send: Send, request: Request, head_only: bool = False) -> None:
+        headers = [(b"x-amz-request-id", request.request_id.encode())]
+        headers.append((b"x-amz-id-2", request.request_id.encode()))
+        for k, v in self.headers.items():
+            headers.append((k.encode("latin-1"), str(v).encode("latin-1", "replace")))
+        has_length = any(k.lower() == "content-length" for k in self.headers)
+        if self.stream is None and not has_length:
+            headers.append((b"content-length", str(len(self.body)).encode()))
+        await send({"type": "http.response.start", "status": self.status, "headers": headers})
+        if head_only:
+            await send({"type": "http.response.body", "body": b""})
+            if self.stream is not None:
+                await _close(self.stream)
+            return
+        if self.stream is None:
+            await send({"type": "http.response.body", "body": self.body})
+            return
+        try:
+            async for chunk in self.stream:
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        finally:
+            await _close(self.stream)
+        await send({"type": "http.response.body", "body": b""})
+
+
+async def _close(stream: AsyncIterator[bytes]) -> None:
+    aclose = getattr(stream, "aclose", None)
+    if aclose is not None:
+        await aclose()
+
+
+def xml_response(body: bytes, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+    h = {"content-type": "application/xml"}
+    h.update(headers or {})
+    return Response(status=status, headers=h, body=body)
+
+
+def json_lines(items: Iterable[bytes]) -> bytes:
+    return b"".join(item + b"\n" for item in items)

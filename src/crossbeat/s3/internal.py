@@ -1,0 +1,210 @@
+"""The internal `/_/crossbeat/` routes used by the populator and the replication engine.
+
+All need admin credentials (checked by the router). Bodies and answers are JSON.
+- GET  journal?after=SEQ&limit=N[&wait=S]       → NDJSON entries (long-poll), 410 if truncated
+- POST journal/checkpoint?consumer=C&seq=N      → 204
+- GET  metadata/{bucket}/{key}?versionId=V       → object metadata (with revision, sortKey)
+- PUT  metadata/{bucket}/{key}?versionId=V       → {"metadata", "expectedRevision"} CAS, or
+                                                   {"metadata", "create": true} (replica insert)
+- PUT  data/{bucket}/{key}                        → store bytes, {"location": [...], "md5"}
+- POST batchDelete                                → {"locations": [...]} deleted (idempotent)
+- GET  replication/failed?limit=&marker=          → versions whose replication FAILED
+- POST replication/retry                          → {"all": true} | {"bucket","key","versionId"}
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from crossbeat.metadata.errors import JournalTruncated, NoSuchVersion, RevisionMismatch
+from crossbeat.s3.auth import Principal
+from crossbeat.s3.datapath import read_document, write_body
+from crossbeat.s3.errors import S3Error
+from crossbeat.s3.http import Request, Response
+from crossbeat.s3.replication import global_status
+
+if TYPE_CHECKING:
+    from crossbeat.s3.gateway import Gateway
+
+MAX_WAIT = 30.0
+
+
+def json_response(doc: Any, status: int = 200) -> Response:
+    return Response(status=status, headers={"content-type": "application/json"}, body=orjson.dumps(doc))
+
+
+def _int(q: dict[str, str], name: str, default: int) -> int:
+    try:
+        return int(q.get(name, default))
+    except ValueError as exc:
+        raise S3Error("InvalidArgument", f"{name} must be an integer") from exc
+
+
+async def dispatch(gw: Gateway, req: Request, p: Principal, ctx: Any, route: str) -> Response:
+    head, _, rest = route.partition("/")
+    m = req.method
+    if head == "journal" and not rest and m == "GET":
+        return await journal(gw, req)
+    if head == "journal" and rest == "checkpoint" and m == "POST":
+        await read_document(req, ctx)
+        await gw.run(gw.store.set_checkpoint, req.query.get("consumer", "default"), _int(req.query, "seq", 0))
+        return Response(status=204)
+    if head == "metadata" and rest:
+        bucket, _, key = rest.partition("/")
+        if m == "GET":
+            return await get_metadata(gw, req, bucket, key)
+        if m == "PUT":
+            return await put_metadata(gw, req, ctx, bucket, key)
+    if head == "data" and rest and m == "PUT":
+        bucket, _, key = rest.partition("/")
+        return await put_data(gw, req, ctx, bucket)
+    if head == "batchDelete" and m == "POST":
+        doc = orjson.loads(await read_document(req, ctx) or b"{}")
+        await gw.free([{"location": doc.get("locations") or []}])
+        return json_response({"deleted": len(doc.get("locations") or [])})
+    if head == "replication" and rest == "failed" and m == "GET":
+        return await failed(gw, req)
+    if head == "replication" and rest == "retry" and m == "POST":
+        return await retry(gw, req, ctx)
+    raise S3Error("MethodNotAllowed", f"no internal route {m} {route}")
+
+
+async def journal(gw: Gateway, req: Request) -> Response:
+    after = _int(req.query, "after", 0)
+    limit = max(1, min(_int(req.query, "limit", 1000), 10_000))
+    wait = min(float(req.query.get("wait", "0") or 0), MAX_WAIT)
+    try:
+        entries = await gw.run(gw.store.read_journal, after, limit)
+        if not entries and wait > 0:
+            await gw.run(gw.store.wait_journal, after, wait)
+            entries = await gw.run(gw.store.read_journal, after, limit)
+    except JournalTruncated as exc:
+        return json_response(
+            {"error": "TruncatedJournal", "message": str(exc), "firstAvailable": exc.first_available},
+            status=410,
+        )
+    body = b"".join(orjson.dumps(e.to_json()) + b"\n" for e in entries)
+    return Response(headers={"content-type": "application/x-ndjson"}, body=body)
+
+
+async def get_metadata(gw: Gateway, req: Request, bucket: str, key: str) -> Response:
+    meta = await gw.run(gw.store.get_version, bucket, key, req.query.get("versionId"))
+    if meta is None:
+        return json_response({"error": "NoSuchKey", "bucket": bucket, "key": key}, status=404)
+    return json_response(meta)
+
+
+async def put_metadata(gw: Gateway, req: Request, ctx: Any, bucket: str, key: str) -> Response:
+    try:
+        doc = orjson.loads(await read_document(req, ctx))
+        meta = dict(doc["metadata"])
+    except (orjson.JSONDecodeError, KeyError, TypeError) as exc:
+        raise S3Error("MalformedJSON", "body must be {\"metadata\": {...}, ...}", status=400) from exc
+    version_id = req.query.get("versionId") or meta.get("versionId")
+    if not version_id:
+        raise S3Error("InvalidArgument", "versionId is required")
+    meta.update({"bucket": bucket, "key": key, "versionId": version_id})
+    if await gw.run(gw.store.get_bucket, bucket) is None:
+        return json_response({"error": "NoSuchBucket", "bucket": bucket}, status=404)
+    if doc.get("create"):
+        if not meta.get("sortKey"):
+            raise S3Error("InvalidArgument", "a created version needs its sortKey")
+        displaced = await gw.run(gw.store.put_version, meta)
+        keep = {(loc.get("location"), loc.get("dataKey")) for loc in meta.get("location") or []}
+        stale = [
+            {"location": [loc for loc in d.get("location") or [] if (loc.get("location"), loc.get("dataKey")) not in keep]}
+            for d in displaced
+        ]
+        await gw.free(stale)
+        stored = await gw.run(gw.store.get_version, bucket, key, version_id)
+        return json_response(stored)
+    if "expectedRevision" not in doc:
+        raise S3Error("InvalidArgument", "expectedRevision or create is required")
+    try:
+        stored = await gw.run(
+            gw.store.update_version, bucket, key, version_id, meta, expected_revision=int(doc["expectedRevision"])
+        )
+    except NoSuchVersion:
+        return json_response({"error": "NoSuchVersion"}, status=404)
+    except RevisionMismatch as exc:
+        return json_response({"error": "RevisionMismatch", "current": exc.current}, status=409)
+    if stored is None:
+        return json_response({"error": "NoSuchVersion"}, status=404)
+    return json_response(stored)
+
+
+async def put_data(gw: Gateway, req: Request, ctx: Any, bucket_name: str) -> Response:
+    bucket = await gw.run(gw.store.get_bucket, bucket_name)
+    if bucket is None:
+        return json_response({"error": "NoSuchBucket", "bucket": bucket_name}, status=404)
+    repo = gw.repository(req.query["location"]) if "location" in req.query else gw.location_for(bucket)
+    written = await write_body(gw, req, ctx, repo)
+    return json_response({"location": [written.location.to_json()], "md5": written.md5_hex})
+
+
+def _failed_versions(gw: Gateway, limit: int, marker: str) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for bucket in gw.store.list_buckets():
+        if not bucket.replication:
+            continue
+        key_marker, version_marker = "", ""
+        while len(out) < limit:
+            page = gw.store.list_versions(bucket.name, key_marker=key_marker, version_marker=version_marker, limit=1000)
+            for meta in page:
+                info = meta.get("replicationInfo") or {}
+                token = f"{bucket.name}/{meta['key']}/{meta['versionId']}"
+                if info.get("status") == "FAILED" and token > marker:
+                    out.append({
+                        "bucket": bucket.name, "key": meta["key"], "versionId": meta["versionId"],
+                        "backends": info.get("backends", []), "lastModified": meta.get("lastModified"),
+                    })
+            if len(page) < 1000:
+                break
+            key_marker, version_marker = page[-1]["key"], page[-1]["versionId"]
+    return out[:limit]
+
+
+async def failed(gw: Gateway, req: Request) -> Response:
+    limit = max(1, min(_int(req.query, "limit", 1000), 10_000))
+    items = await gw.run(_failed_versions, gw, limit, req.query.get("marker", ""))
+    return json_response({"failed": items})
+
+
+def _requeue(gw: Gateway, bucket: str, key: str, version_id: str) -> bool:
+    """FAILED backends → PENDING with compare-and-set; True if something was requeued."""
+    for _ in range(20):
+        meta = gw.store.get_version(bucket, key, version_id)
+        if meta is None:
+            return False
+        info = meta.get("replicationInfo") or {}
+        backends = [dict(b) for b in info.get("backends") or []]
+        if not any(b.get("status") == "FAILED" for b in backends):
+            return False
+        for b in backends:
+            if b.get("status") == "FAILED":
+                b["status"] = "PENDING"
+        new = dict(meta)
+        new["replicationInfo"] = dict(info, backends=backends, status=global_status(backends))
+        try:
+            gw.store.update_version(bucket, key, version_id, new, expected_revision=meta["revision"])
+            return True
+        except RevisionMismatch:
+            continue
+    return False
+
+
+async def retry(gw: Gateway, req: Request, ctx: Any) -> Response:
+    doc = orjson.loads(await read_document(req, ctx) or b"{}")
+    if doc.get("all"):
+        targets = [(f["bucket"], f["key"], f["versionId"]) for f in await gw.run(_failed_versions, gw, 100_000, "")]
+    elif all(k in doc for k in ("bucket", "key", "versionId")):
+        targets = [(doc["bucket"], doc["key"], doc["versionId"])]
+    else:
+        raise S3Error("InvalidArgument", 'body must be {"all": true} or {"bucket", "key", "versionId"}')
+    requeued = 0
+    for bucket, key, version_id in targets:
+        if await gw.run(_requeue, gw, bucket, key, version_id):
+            requeued += 1
+    return json_response({"requeued": requeued})

@@ -1,0 +1,241 @@
+"""Multipart uploads: create, upload part (and part copy), complete, abort, list.
+
+Completing concatenates the parts' data locations into the new version's `location[]`
+(no data is copied); `parts` keeps each part's size for GET ?partNumber=.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import TYPE_CHECKING, Any
+
+from crossbeat.metadata.errors import NoSuchUpload
+from crossbeat.metadata.ids import new_upload_id
+from crossbeat.s3 import checksums, listing, xmldoc
+from crossbeat.s3.auth import Principal
+from crossbeat.s3.datapath import read_document, write_body
+from crossbeat.s3.errors import S3Error
+from crossbeat.s3.http import Request, Response, xml_response
+from crossbeat.s3.objectmeta import (
+    iso_now,
+    parse_range,
+    parse_tagging_header,
+    quoted,
+    system_headers,
+    user_metadata,
+)
+from crossbeat.s3.objects import (
+    commit_version,
+    copy_data,
+    copy_source,
+    new_meta,
+    write_precondition,
+)
+
+if TYPE_CHECKING:
+    from crossbeat.s3.gateway import Gateway
+
+MAX_PARTS = 10_000
+
+
+async def create_upload(gw: Gateway, req: Request, p: Principal, ctx: Any) -> Response:
+    await gw.bucket(req.bucket, p)
+    await read_document(req, ctx)
+    algorithm = req.headers.get("x-amz-checksum-algorithm")
+    if algorithm and algorithm.upper() not in checksums.ALGORITHMS:
+        raise S3Error("InvalidRequest", f"Checksum algorithm {algorithm!r} is not supported")
+    upload_id = new_upload_id()
+    upload = {
+        "uploadId": upload_id,
+        "bucket": req.bucket,
+        "key": req.key,
+        "initiated": iso_now(),
+        "owner": p.access_key,
+        "meta": {
+            "contentType": req.headers.get("content-type"),
+            "userMetadata": user_metadata(req.headers),
+            "systemHeaders": system_headers(req.headers),
+            "tags": parse_tagging_header(req.headers.get("x-amz-tagging")),
+            "checksumAlgorithm": algorithm.upper() if algorithm else None,
+            "checksumType": (req.headers.get("x-amz-checksum-type") or "").upper() or None,
+        },
+    }
+    await gw.run(gw.store.create_upload, upload)
+    headers = {}
+    if algorithm:
+        headers["x-amz-checksum-algorithm"] = algorithm.upper()
+    return xml_response(xmldoc.initiate_upload_xml(req.bucket, req.key, upload_id), headers=headers)
+
+
+async def _upload(gw: Gateway, req: Request) -> dict[str, Any]:
+    upload = await gw.run(gw.store.get_upload, req.bucket, req.key, req.query["uploadId"])
+    if upload is None:
+        raise S3Error("NoSuchUpload", extra={"UploadId": req.query["uploadId"]})
+    return upload
+
+
+def _part_number(req: Request) -> int:
+    try:
+        n = int(req.query.get("partNumber", ""))
+    except ValueError as exc:
+        raise S3Error("InvalidArgument", "Part number must be an integer between 1 and 10000, inclusive") from exc
+    if not 1 <= n <= MAX_PARTS:
+        raise S3Error("InvalidArgument", "Part number must be an integer between 1 and 10000, inclusive")
+    return n
+
+
+async def _store_part(gw: Gateway, upload_id: str, part: dict[str, Any]) -> None:
+    try:
+        displaced = await gw.run(gw.store.put_part, upload_id, part)
+    except NoSuchUpload as exc:
+        await gw.free([part])
+        raise S3Error("NoSuchUpload", extra={"UploadId": upload_id}) from exc
+    if displaced:
+        await gw.free([displaced])
+
+
+async def upload_part(gw: Gateway, req: Request, p: Principal, ctx: Any) -> Response:
+    bucket = await gw.bucket(req.bucket, p)
+    number = _part_number(req)
+    upload = await _upload(gw, req)
+    written = await write_body(gw, req, ctx, gw.location_for(bucket))
+    cs = written.checksums
+    part = {
+        "partNumber": number,
+        "etag": written.md5_hex,
+        "size": written.size,
+        "location": [written.location.to_json()],
+        "checksums": {cs.algorithm: cs.value_b64} if cs.algorithm and cs.value_b64 else {},
+        "lastModified": iso_now(),
+    }
+    await _store_part(gw, upload["uploadId"], part)
+    headers = {"etag": quoted(written.md5_hex)}
+    headers.update(cs.headers())
+    return Response(headers=headers)
+
+
+async def upload_part_copy(gw: Gateway, req: Request, p: Principal, ctx: Any) -> Response:
+    bucket = await gw.bucket(req.bucket, p)
+    number = _part_number(req)
+    upload = await _upload(gw, req)
+    src, src_version = await copy_source(gw, req, p)
+    await read_document(req, ctx)
+    size = int(src["size"])
+    rng = parse_range(req.headers.get("x-amz-copy-source-range"), size) if size else None
+    if req.headers.get("x-amz-copy-source-range") and rng is None and size:
+        raise S3Error("InvalidArgument", "The x-amz-copy-source-range value must be of the form bytes=first-last")
+    start, end = rng or (0, size)
+    location, md5_hex = await gw.run(copy_data, gw, src, gw.location_for(bucket), start, end)
+    part = {
+        "partNumber": number,
+        "etag": md5_hex,
+        "size": location.size,
+        "location": [location.to_json()],
+        "checksums": {},
+        "lastModified": iso_now(),
+    }
+    await _store_part(gw, upload["uploadId"], part)
+    headers = {}
+    if src.get("versionId") != "null":
+        headers["x-amz-copy-source-version-id"] = src["versionId"]
+    return xml_response(xmldoc.copy_part_result_xml(md5_hex, part["lastModified"], {}), headers=headers)
+
+
+async def _all_parts(gw: Gateway, upload_id: str) -> dict[int, dict[str, Any]]:
+    parts: dict[int, dict[str, Any]] = {}
+    marker = 0
+    while True:
+        page = await gw.run(gw.store.list_parts, upload_id, marker=marker, limit=1000)
+        for part in page:
+            parts[int(part["partNumber"])] = part
+        if len(page) < 1000:
+            return parts
+        marker = int(page[-1]["partNumber"])
+
+
+async def complete_upload(gw: Gateway, req: Request, p: Principal, ctx: Any) -> Response:
+    bucket = await gw.bucket(req.bucket, p)
+    upload = await _upload(gw, req)
+    requested = xmldoc.parse_complete_upload(await read_document(req, ctx))
+    if not requested:
+        raise S3Error("MalformedXML", "You must specify at least one part")
+    stored = await _all_parts(gw, upload["uploadId"])
+    chosen: list[dict[str, Any]] = []
+    last = 0
+    for item in requested:
+        if item.part_number <= last:
+            raise S3Error("InvalidPartOrder")
+        last = item.part_number
+        part = stored.get(item.part_number)
+        if part is None or item.etag.strip('"') != part["etag"]:
+            raise S3Error("InvalidPart", extra={"PartNumber": str(item.part_number)})
+        chosen.append(part)
+    for part in chosen[:-1]:
+        if int(part["size"]) < gw.settings.min_part_bytes:
+            raise S3Error("EntityTooSmall", extra={"PartNumber": str(part["partNumber"])})
+    digest = hashlib.md5(b"".join(bytes.fromhex(p_["etag"]) for p_ in chosen)).hexdigest()
+    etag = f"{digest}-{len(chosen)}"
+    um = upload["meta"]
+    meta = new_meta(
+        bucket, req.key, size=sum(int(c["size"]) for c in chosen), etag=etag,
+        location=[loc for c in chosen for loc in c["location"]], headers=req.headers,
+        tags=um.get("tags") or {}, content_type=um.get("contentType"),
+        user_meta=um.get("userMetadata") or {}, sys_headers=um.get("systemHeaders") or {},
+    )
+    meta["parts"] = [int(c["size"]) for c in chosen]
+    algorithm = um.get("checksumAlgorithm")
+    if algorithm and all(c.get("checksums", {}).get(algorithm) for c in chosen):
+        for item, part in zip(requested, chosen, strict=True):
+            sent = item.checksums.get(algorithm) or item.checksums.get(algorithm.lower())
+            if sent and sent != part["checksums"][algorithm]:
+                raise S3Error("InvalidPart", f"checksum of part {item.part_number} does not match",
+                              extra={"PartNumber": str(item.part_number)})
+        value, kind = checksums.combine_parts(
+            algorithm, [c["checksums"][algorithm] for c in chosen], [int(c["size"]) for c in chosen],
+            um.get("checksumType"),
+        )
+        meta["checksum"] = {"algorithm": algorithm, "value": value, "type": kind}
+    try:
+        displaced, unused = await gw.run(
+            gw.store.complete_upload, upload["uploadId"], meta, precondition=write_precondition(req.headers)
+        )
+    except NoSuchUpload as exc:
+        raise S3Error("NoSuchUpload", extra={"UploadId": upload["uploadId"]}) from exc
+    await gw.free(displaced + unused)
+    headers = {}
+    if bucket.versioning:
+        headers["x-amz-version-id"] = meta["versionId"]
+    location_url = f"/{req.bucket}/{req.key}"
+    cs: dict[str, str] = {}
+    kind = None
+    if meta.get("checksum") and algorithm:
+        cs = {algorithm.lower(): meta["checksum"]["value"]}
+        kind = meta["checksum"]["type"]
+    return xml_response(
+        xmldoc.complete_upload_xml(location_url, req.bucket, req.key, etag, cs, kind), headers=headers
+    )
+
+
+async def abort_upload(gw: Gateway, req: Request, p: Principal) -> Response:
+    await gw.bucket(req.bucket, p)
+    upload = await _upload(gw, req)
+    try:
+        parts = await gw.run(gw.store.abort_upload, upload["uploadId"])
+    except NoSuchUpload as exc:
+        raise S3Error("NoSuchUpload", extra={"UploadId": upload["uploadId"]}) from exc
+    await gw.free(parts)
+    return Response(status=204)
+
+
+async def list_parts(gw: Gateway, req: Request, p: Principal) -> Response:
+    await gw.bucket(req.bucket, p)
+    upload = await _upload(gw, req)
+    return xml_response(await gw.run(listing.list_parts, gw.store, upload, req.query))
+
+
+async def list_uploads(gw: Gateway, req: Request, p: Principal) -> Response:
+    await gw.bucket(req.bucket, p)
+    return xml_response(await gw.run(listing.list_multipart_uploads, gw.store, req.bucket, req.query))
+
+
+__all__ = ["commit_version"]

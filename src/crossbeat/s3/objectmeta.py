@@ -1,0 +1,190 @@
+"""Object metadata documents (ARCHITECTURE.md) and the HTTP headers they turn into."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from email.utils import format_datetime, parsedate_to_datetime
+from typing import Any
+from urllib.parse import parse_qsl
+
+from crossbeat.s3.errors import S3Error
+
+# headers stored verbatim with the object and returned on GET/HEAD
+SYSTEM_HEADERS = (
+    "cache-control",
+    "content-disposition",
+    "content-encoding",
+    "content-language",
+    "expires",
+    "x-amz-website-redirect-location",
+    "x-amz-storage-class",
+)
+MAX_USER_METADATA = 2048
+
+
+def iso_now() -> str:
+    now = datetime.now(UTC)
+    return now.strftime("%Y-%m-%dT%H:%M:%S.") + f"{now.microsecond // 1000:03d}Z"
+
+
+def parse_iso(value: str) -> datetime:
+    return datetime.strptime(value, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
+
+
+def http_date(iso: str) -> str:
+    return format_datetime(parse_iso(iso).replace(microsecond=0), usegmt=True)
+
+
+def parse_http_date(value: str) -> datetime | None:
+    try:
+        dt = parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if dt is None:
+        return None
+    return dt if dt.tzinfo else dt.replace(tzinfo=UTC)
+
+
+def user_metadata(headers: dict[str, str]) -> dict[str, str]:
+    meta = {k[len("x-amz-meta-"):]: v for k, v in headers.items() if k.startswith("x-amz-meta-")}
+    if sum(len(k) + len(v) for k, v in meta.items()) > MAX_USER_METADATA:
+        raise S3Error("MetadataTooLarge", "Your metadata headers exceed the maximum allowed metadata size.", status=400)
+    return meta
+
+
+def system_headers(headers: dict[str, str]) -> dict[str, str]:
+    out = {k: headers[k] for k in SYSTEM_HEADERS if k in headers}
+    encoding = out.get("content-encoding")
+    if encoding:
+        # aws-chunked is transfer framing, not a property of the object
+        kept = [e.strip() for e in encoding.split(",") if e.strip() and e.strip() != "aws-chunked"]
+        if kept:
+            out["content-encoding"] = ",".join(kept)
+        else:
+            del out["content-encoding"]
+    return out
+
+
+def parse_tagging_header(value: str | None) -> dict[str, str]:
+    if not value:
+        return {}
+    tags = dict(parse_qsl(value, keep_blank_values=True))
+    if len(tags) > 10:
+        raise S3Error("InvalidTag", "Object tags cannot be greater than 10")
+    for k, v in tags.items():
+        if not k or len(k) > 128 or len(v) > 256:
+            raise S3Error("InvalidTag", f"The TagKey/TagValue you have provided is invalid: {k!r}")
+    return tags
+
+
+def quoted(etag: str) -> str:
+    return f'"{etag}"'
+
+
+def object_headers(meta: dict[str, Any], versioned: bool) -> dict[str, str]:
+    """Response headers describing one object version (GET/HEAD)."""
+    h: dict[str, str] = {
+        "etag": quoted(meta["etag"]),
+        "last-modified": http_date(meta["lastModified"]),
+        "content-type": meta.get("contentType") or "binary/octet-stream",
+        "accept-ranges": "bytes",
+    }
+    h.update(meta.get("systemHeaders") or {})
+    for k, v in (meta.get("userMetadata") or {}).items():
+        h[f"x-amz-meta-{k}"] = v
+    if versioned or meta.get("versionId") not in (None, "null"):
+        h["x-amz-version-id"] = meta.get("versionId") or "null"
+    info = meta.get("replicationInfo")
+    if info and info.get("status"):
+        h["x-amz-replication-status"] = info["status"]
+    tags = meta.get("tags")
+    if tags:
+        h["x-amz-tagging-count"] = str(len(tags))
+    parts = meta.get("parts")
+    if parts:
+        h["x-amz-mp-parts-count"] = str(len(parts))
+    return h
+
+
+def checksum_headers(meta: dict[str, Any]) -> dict[str, str]:
+    cs = meta.get("checksum")
+    if not cs:
+        return {}
+    h = {f"x-amz-checksum-{cs['algorithm'].lower()}": cs["value"]}
+    if cs.get("type"):
+        h["x-amz-checksum-type"] = cs["type"]
+    return h
+
+
+def parse_range(value: str | None, size: int) -> tuple[int, int] | None:
+    """`bytes=a-b` → (start, end exclusive); None = whole object. Unsatisfiable → InvalidRange."""
+    if not value:
+        return None
+    value = value.strip()
+    if not value.startswith("bytes=") or "," in value:
+        return None
+    spec = value[6:].strip()
+    first, sep, last = spec.partition("-")
+    if not sep:
+        return None
+    try:
+        if first == "":
+            n = int(last)
+            if n <= 0:
+                raise S3Error("InvalidRange", extra={"ActualObjectSize": str(size)})
+            return (max(0, size - n), size) if size else _unsatisfiable(size)
+        start = int(first)
+        end = int(last) + 1 if last else size
+    except ValueError:
+        return None
+    if start < 0 or (last and end <= start):
+        return None
+    if start >= size:
+        return _unsatisfiable(size)
+    return start, min(end, size)
+
+
+def _unsatisfiable(size: int) -> tuple[int, int]:
+    raise S3Error(
+        "InvalidRange",
+        headers={"content-range": f"bytes */{size}"},
+        extra={"RangeRequested": "", "ActualObjectSize": str(size)},
+    )
+
+
+def check_conditionals(meta: dict[str, Any], headers: dict[str, str], prefix: str = "if-") -> None:
+    """GET/HEAD (and copy-source) preconditions, in the order RFC 7232 and S3 apply them."""
+    etag = meta["etag"]
+    modified = parse_iso(meta["lastModified"]).replace(microsecond=0)
+    if_match = headers.get(prefix + "match")
+    if_none_match = headers.get(prefix + "none-match")
+    if_modified = headers.get(prefix + "modified-since")
+    if_unmodified = headers.get(prefix + "unmodified-since")
+    failed = "PreconditionFailed"
+    not_modified = "NotModified" if prefix == "if-" else "PreconditionFailed"
+    if if_match is not None:
+        if not _etag_matches(if_match, etag):
+            raise S3Error(failed, extra={"Condition": "If-Match"})
+    elif if_unmodified:
+        dt = parse_http_date(if_unmodified)
+        if dt is not None and modified > dt:
+            raise S3Error(failed, extra={"Condition": "If-Unmodified-Since"})
+    if if_none_match is not None:
+        if _etag_matches(if_none_match, etag):
+            raise S3Error(not_modified, headers=_nm_headers(meta))
+    elif if_modified:
+        dt = parse_http_date(if_modified)
+        if dt is not None and modified <= dt:
+            raise S3Error(not_modified, headers=_nm_headers(meta))
+
+
+def _nm_headers(meta: dict[str, Any]) -> dict[str, str]:
+    return {"etag": quoted(meta["etag"]), "last-modified": http_date(meta["lastModified"])}
+
+
+def _etag_matches(header: str, etag: str) -> bool:
+    for candidate in header.split(","):
+        c = candidate.strip()
+        if c == "*" or c.strip('"') == etag:
+            return True
+    return False

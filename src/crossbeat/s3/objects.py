@@ -1,0 +1,430 @@
+"""Object handlers: put, get, head, delete (with full versioning semantics), copy, tagging,
+DeleteObjects.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote
+
+from crossbeat.metadata import Bucket
+from crossbeat.metadata.errors import RevisionMismatch
+from crossbeat.metadata.ids import new_version_id
+from crossbeat.repositories import Location, Repository
+from crossbeat.s3 import xmldoc
+from crossbeat.s3.auth import Principal
+from crossbeat.s3.buckets import acl_xml
+from crossbeat.s3.datapath import open_read, read_document, write_body
+from crossbeat.s3.errors import S3Error
+from crossbeat.s3.http import Request, Response, xml_response
+from crossbeat.s3.objectmeta import (
+    check_conditionals,
+    checksum_headers,
+    iso_now,
+    object_headers,
+    parse_range,
+    parse_tagging_header,
+    quoted,
+    system_headers,
+    user_metadata,
+)
+from crossbeat.s3.replication import replication_info
+
+if TYPE_CHECKING:
+    from crossbeat.s3.gateway import Gateway
+
+RESPONSE_OVERRIDES = {
+    "response-content-type": "content-type",
+    "response-content-language": "content-language",
+    "response-expires": "expires",
+    "response-cache-control": "cache-control",
+    "response-content-disposition": "content-disposition",
+    "response-content-encoding": "content-encoding",
+}
+
+
+def versioning_ids(bucket: Bucket) -> tuple[str, str]:
+    """(versionId, sortKey) for a new version: a fresh id when Enabled, else "null"."""
+    sort_key = new_version_id()
+    return (sort_key if bucket.versioning == "Enabled" else "null"), sort_key
+
+
+def write_precondition(headers: dict[str, str]) -> Any:
+    """If-None-Match: * / If-Match on PUT and Complete, checked inside the store transaction."""
+    if_none = headers.get("if-none-match")
+    if_match = headers.get("if-match")
+    if if_none is None and if_match is None:
+        return None
+
+    def check(current: dict[str, Any] | None) -> None:
+        live = current if current and not current.get("isDeleteMarker") else None
+        if if_none is not None and if_none.strip() == "*" and live is not None:
+            raise S3Error("PreconditionFailed", extra={"Condition": "If-None-Match"})
+        if if_match is not None:
+            if live is None:
+                raise S3Error("NoSuchKey")
+            if if_match.strip() != "*" and if_match.strip().strip('"') != live["etag"]:
+                raise S3Error("PreconditionFailed", extra={"Condition": "If-Match"})
+
+    return check
+
+
+def new_meta(
+    bucket: Bucket,
+    key: str,
+    *,
+    size: int,
+    etag: str,
+    location: list[dict[str, Any]],
+    headers: dict[str, str],
+    tags: dict[str, str],
+    content_type: str | None,
+    user_meta: dict[str, str],
+    sys_headers: dict[str, str],
+) -> dict[str, Any]:
+    version_id, sort_key = versioning_ids(bucket)
+    return {
+        "bucket": bucket.name,
+        "key": key,
+        "versionId": version_id,
+        "sortKey": sort_key,
+        "isLatest": True,
+        "isDeleteMarker": False,
+        "size": size,
+        "etag": etag,
+        "contentType": content_type or "binary/octet-stream",
+        "lastModified": iso_now(),
+        "userMetadata": user_meta,
+        "systemHeaders": sys_headers,
+        "tags": tags,
+        "location": location,
+        "owner": bucket.owner,
+        "replicationInfo": replication_info(bucket, key, tags),
+    }
+
+
+async def commit_version(
+    gw: Gateway, meta: dict[str, Any], written: list[Location], precondition: Any = None
+) -> None:
+    """Store the version; on failure free the data just written; then free displaced data."""
+    try:
+        displaced = await gw.run(gw.store.put_version, meta, precondition=precondition)
+    except BaseException:
+        await gw.free([{"location": [loc.to_json() for loc in written]}])
+        raise
+    await gw.free(displaced)
+
+
+def _write_headers(bucket: Bucket, meta: dict[str, Any]) -> dict[str, str]:
+    h = {"etag": quoted(meta["etag"])}
+    if bucket.versioning:
+        h["x-amz-version-id"] = meta["versionId"]
+    return h
+
+
+async def put_object(gw: Gateway, req: Request, p: Principal, ctx: Any) -> Response:
+    bucket = await gw.bucket(req.bucket, p)
+    tags = parse_tagging_header(req.headers.get("x-amz-tagging"))
+    umeta = user_metadata(req.headers)
+    written = await write_body(gw, req, ctx, gw.location_for(bucket))
+    meta = new_meta(
+        bucket,
+        req.key,
+        size=written.size,
+        etag=written.md5_hex,
+        location=[written.location.to_json()],
+        headers=req.headers,
+        tags=tags,
+        content_type=req.headers.get("content-type"),
+        user_meta=umeta,
+        sys_headers=system_headers(req.headers),
+    )
+    cs = written.checksums
+    if cs.algorithm and cs.value_b64:
+        meta["checksum"] = {"algorithm": cs.algorithm, "value": cs.value_b64, "type": "FULL_OBJECT"}
+    await commit_version(gw, meta, [written.location], write_precondition(req.headers))
+    headers = _write_headers(bucket, meta)
+    headers.update(cs.headers())
+    return Response(headers=headers)
+
+
+async def lookup(gw: Gateway, bucket: str, key: str, version_id: str | None) -> dict[str, Any]:
+    """The addressed version, or the S3 error GET/HEAD return for it."""
+    meta = await gw.run(gw.store.get_version, bucket, key, version_id)
+    resource = f"/{bucket}/{key}"
+    if meta is None:
+        if version_id is not None:
+            raise S3Error("NoSuchVersion", resource=resource, extra={"Key": key, "VersionId": version_id})
+        raise S3Error("NoSuchKey", resource=resource, extra={"Key": key})
+    if meta.get("isDeleteMarker"):
+        marker_headers = {"x-amz-delete-marker": "true", "x-amz-version-id": meta["versionId"],
+                          "last-modified": ""}
+        marker_headers.pop("last-modified")
+        if version_id is not None:
+            marker_headers["allow"] = "DELETE"
+            raise S3Error("MethodNotAllowed", resource=resource, headers=marker_headers)
+        raise S3Error("NoSuchKey", resource=resource, headers=marker_headers, extra={"Key": key})
+    return meta
+
+
+async def get_object(gw: Gateway, req: Request, p: Principal, head: bool) -> Response:
+    bucket = await gw.bucket(req.bucket, p)
+    meta = await lookup(gw, req.bucket, req.key, req.query.get("versionId"))
+    check_conditionals(meta, req.headers)
+    size = int(meta["size"])
+    headers = object_headers(meta, bool(bucket.versioning))
+    rng: tuple[int, int] | None
+    part_number = req.query.get("partNumber")
+    if part_number is not None:
+        rng = _part_range(meta, part_number)
+        if rng is not None and meta.get("parts"):
+            headers["content-range"] = f"bytes {rng[0]}-{rng[1] - 1}/{size}"
+    else:
+        rng = parse_range(req.headers.get("range"), size)
+    for param, header in RESPONSE_OVERRIDES.items():
+        if param in req.query:
+            headers[header] = req.query[param]
+    status = 200
+    start, end = 0, size
+    if rng is not None:
+        start, end = rng
+        status = 206
+        headers["content-range"] = f"bytes {start}-{end - 1}/{size}"
+    elif req.headers.get("x-amz-checksum-mode", "").upper() == "ENABLED":
+        headers.update(checksum_headers(meta))
+    headers["content-length"] = str(end - start)
+    if head:
+        return Response(status=status, headers=headers)
+    stream = await open_read(gw, meta, start, end)
+    return Response(status=status, headers=headers, stream=stream)
+
+
+def _part_range(meta: dict[str, Any], part_number: str) -> tuple[int, int] | None:
+    try:
+        n = int(part_number)
+    except ValueError as exc:
+        raise S3Error("InvalidArgument", "Part number must be an integer between 1 and 10000") from exc
+    parts = meta.get("parts") or [int(meta["size"])]
+    if not 1 <= n <= 10000:
+        raise S3Error("InvalidArgument", "Part number must be an integer between 1 and 10000")
+    if n > len(parts):
+        raise S3Error("InvalidPartNumber", "The requested partnumber is not satisfiable", status=416)
+    if not meta.get("parts"):
+        return None
+    start = sum(parts[: n - 1])
+    return start, start + parts[n - 1]
+
+
+async def delete_one(
+    gw: Gateway, bucket: Bucket, key: str, version_id: str | None
+) -> dict[str, str]:
+    """Delete with S3 versioning semantics; returns the response headers it implies."""
+    if version_id is not None:
+        removed = await gw.run(gw.store.delete_version, bucket.name, key, version_id)
+        headers = {"x-amz-version-id": version_id}
+        if removed is not None:
+            if removed.get("isDeleteMarker"):
+                headers["x-amz-delete-marker"] = "true"
+            await gw.free([removed])
+        return headers
+    if not bucket.versioning:
+        removed = await gw.run(gw.store.delete_version, bucket.name, key, "null")
+        if removed is not None:
+            await gw.free([removed])
+        return {}
+    version, sort_key = versioning_ids(bucket)
+    marker = {
+        "bucket": bucket.name,
+        "key": key,
+        "versionId": version,
+        "sortKey": sort_key,
+        "isLatest": True,
+        "isDeleteMarker": True,
+        "size": 0,
+        "etag": "",
+        "contentType": "",
+        "lastModified": iso_now(),
+        "userMetadata": {},
+        "tags": {},
+        "location": [],
+        "owner": bucket.owner,
+        "replicationInfo": replication_info(bucket, key, {}, delete_marker=True),
+    }
+    displaced = await gw.run(gw.store.put_version, marker)
+    await gw.free(displaced)
+    return {"x-amz-delete-marker": "true", "x-amz-version-id": version}
+
+
+async def delete_object(gw: Gateway, req: Request, p: Principal) -> Response:
+    bucket = await gw.bucket(req.bucket, p)
+    headers = await delete_one(gw, bucket, req.key, req.query.get("versionId"))
+    return Response(status=204, headers=headers)
+
+
+async def delete_objects(gw: Gateway, req: Request, p: Principal, ctx: Any) -> Response:
+    bucket = await gw.bucket(req.bucket, p)
+    quiet, items = xmldoc.parse_delete_objects(await read_document(req, ctx))
+    deleted: list[xmldoc.DeletedObject] = []
+    errors: list[xmldoc.DeleteError] = []
+    for key, version_id in items:
+        try:
+            if not key:
+                raise S3Error("InvalidArgument", "An object key must not be empty.")
+            h = await delete_one(gw, bucket, key, version_id)
+        except S3Error as err:
+            errors.append(xmldoc.DeleteError(key, err.code, err.message, version_id))
+            continue
+        entry = xmldoc.DeletedObject(key, version_id)
+        if h.get("x-amz-delete-marker") == "true":
+            entry.delete_marker = True
+            if version_id is None:
+                entry.delete_marker_version_id = h["x-amz-version-id"]
+        if not quiet:
+            deleted.append(entry)
+    return xml_response(xmldoc.delete_result_xml(deleted, errors))
+
+
+def parse_copy_source(value: str) -> tuple[str, str, str | None]:
+    raw = value.strip()
+    path, _, query = raw.partition("?")
+    path = unquote(path).lstrip("/")
+    bucket, _, key = path.partition("/")
+    if not bucket or not key:
+        raise S3Error("InvalidArgument", "Copy Source must mention the source bucket and key: sourcebucket/sourcekey")
+    version_id = None
+    for part in query.split("&"):
+        name, _, val = part.partition("=")
+        if name == "versionId":
+            version_id = unquote(val)
+    return bucket, key, version_id
+
+
+async def copy_source(gw: Gateway, req: Request, p: Principal) -> tuple[dict[str, Any], str | None]:
+    src_bucket, src_key, src_version = parse_copy_source(req.headers["x-amz-copy-source"])
+    await gw.bucket(src_bucket, p)
+    meta = await gw.run(gw.store.get_version, src_bucket, src_key, src_version)
+    if meta is None:
+        if src_version is not None:
+            raise S3Error("NoSuchVersion", extra={"Key": src_key, "VersionId": src_version})
+        raise S3Error("NoSuchKey", extra={"Key": src_key})
+    if meta.get("isDeleteMarker"):
+        if src_version is not None:
+            raise S3Error("InvalidRequest", "The source of a copy request may not specifically refer to a delete marker by version id.")
+        raise S3Error("NoSuchKey", extra={"Key": src_key})
+    check_conditionals(meta, req.headers, prefix="x-amz-copy-source-if-")
+    return meta, src_version
+
+
+def copy_data(
+    gw: Gateway, meta: dict[str, Any], repo: Repository, start: int, end: int
+) -> tuple[Location, str]:
+    """Copy bytes [start, end) of a stored object into `repo` (worker thread); (location, md5)."""
+    md5 = hashlib.md5()
+    writer = repo.writer()
+    try:
+        offset = 0
+        for loc in meta.get("location") or []:
+            size = int(loc["size"])
+            lo, hi = max(start, offset), min(end, offset + size)
+            if lo < hi:
+                for chunk in gw.repository(loc["location"]).read(loc["dataKey"], lo - offset, hi - offset):
+                    md5.update(chunk)
+                    writer.write(chunk)
+            offset += size
+        return writer.commit(), md5.hexdigest()
+    except BaseException:
+        writer.abort()
+        raise
+
+
+async def copy_object(gw: Gateway, req: Request, p: Principal, ctx: Any) -> Response:
+    bucket = await gw.bucket(req.bucket, p)
+    src, src_version = await copy_source(gw, req, p)
+    await read_document(req, ctx)
+    directive = req.headers.get("x-amz-metadata-directive", "COPY").upper()
+    tag_directive = req.headers.get("x-amz-tagging-directive", "COPY").upper()
+    if directive not in ("COPY", "REPLACE") or tag_directive not in ("COPY", "REPLACE"):
+        raise S3Error("InvalidArgument", "Unknown metadata or tagging directive")
+    same = src["bucket"] == req.bucket and src["key"] == req.key and src_version in (None, src["versionId"])
+    if same and directive == "COPY" and not bucket.versioning and "x-amz-storage-class" not in req.headers:
+        raise S3Error(
+            "InvalidRequest",
+            "This copy request is illegal because it is trying to copy an object to itself without "
+            "changing the object's metadata, storage class, website redirect location or encryption attributes.",
+        )
+    if directive == "REPLACE":
+        umeta, ctype, sys_h = user_metadata(req.headers), req.headers.get("content-type"), system_headers(req.headers)
+    else:
+        umeta, ctype, sys_h = dict(src.get("userMetadata") or {}), src.get("contentType"), dict(src.get("systemHeaders") or {})
+    tags = parse_tagging_header(req.headers.get("x-amz-tagging")) if tag_directive == "REPLACE" else dict(src.get("tags") or {})
+    location, md5_hex = await gw.run(copy_data, gw, src, gw.location_for(bucket), 0, int(src["size"]))
+    meta = new_meta(
+        bucket, req.key, size=location.size, etag=md5_hex, location=[location.to_json()],
+        headers=req.headers, tags=tags, content_type=ctype, user_meta=umeta, sys_headers=sys_h,
+    )
+    if src.get("checksum") and src["checksum"].get("type") == "FULL_OBJECT":
+        meta["checksum"] = dict(src["checksum"])
+    await commit_version(gw, meta, [location], write_precondition(req.headers))
+    headers = _write_headers(bucket, meta)
+    if src_version is not None or src.get("versionId") != "null":
+        headers["x-amz-copy-source-version-id"] = src["versionId"]
+    return xml_response(
+        xmldoc.copy_object_result_xml(meta["etag"], meta["lastModified"], _checksum_map(meta)),
+        headers=headers,
+    )
+
+
+async def _update_tags(gw: Gateway, req: Request, tags: dict[str, str] | None) -> dict[str, Any]:
+    """Compare-and-set the tag set of one version (retried on concurrent changes)."""
+    for _ in range(20):
+        meta = await lookup(gw, req.bucket, req.key, req.query.get("versionId"))
+        new = dict(meta)
+        new["tags"] = tags or {}
+        try:
+            return await gw.run(
+                gw.store.update_version, req.bucket, req.key, meta["versionId"], new,
+                expected_revision=meta["revision"],
+            )
+        except RevisionMismatch:
+            continue
+    raise S3Error("OperationAborted")
+
+
+async def put_tagging(gw: Gateway, req: Request, p: Principal, ctx: Any) -> Response:
+    await gw.bucket(req.bucket, p)
+    tags = xmldoc.parse_tagging(await read_document(req, ctx))
+    meta = await _update_tags(gw, req, tags)
+    return Response(headers={"x-amz-version-id": meta["versionId"]})
+
+
+async def get_tagging(gw: Gateway, req: Request, p: Principal) -> Response:
+    await gw.bucket(req.bucket, p)
+    meta = await lookup(gw, req.bucket, req.key, req.query.get("versionId"))
+    return xml_response(xmldoc.tagging_xml(meta.get("tags") or {}), headers={"x-amz-version-id": meta["versionId"]})
+
+
+async def delete_tagging(gw: Gateway, req: Request, p: Principal) -> Response:
+    await gw.bucket(req.bucket, p)
+    meta = await _update_tags(gw, req, None)
+    return Response(status=204, headers={"x-amz-version-id": meta["versionId"]})
+
+
+async def put_acl(gw: Gateway, req: Request, p: Principal, ctx: Any) -> Response:
+    await gw.bucket(req.bucket, p)
+    await lookup(gw, req.bucket, req.key, req.query.get("versionId"))
+    await read_document(req, ctx)
+    if req.headers.get("x-amz-acl", "private") != "private":
+        raise S3Error("NotImplemented", "Only the private canned ACL is supported")
+    return Response()
+
+
+async def get_acl(gw: Gateway, req: Request, p: Principal) -> Response:
+    await gw.bucket(req.bucket, p)
+    await lookup(gw, req.bucket, req.key, req.query.get("versionId"))
+    return xml_response(acl_xml(p.access_key, p.display_name))
+
+
+def _checksum_map(meta: dict[str, Any]) -> dict[str, str]:
+    cs = meta.get("checksum")
+    return {cs["algorithm"].lower(): cs["value"]} if cs else {}

@@ -1,0 +1,98 @@
+"""Which handler serves a request: by method, bucket/key presence and sub-resource."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from crossbeat.s3 import buckets, internal, multipart, objects
+from crossbeat.s3.auth import Principal
+from crossbeat.s3.errors import S3Error
+from crossbeat.s3.http import Request, Response
+
+if TYPE_CHECKING:
+    from crossbeat.s3.gateway import Gateway
+
+INTERNAL_PREFIX = "crossbeat/"
+
+
+async def dispatch(gw: Gateway, req: Request, principal: Principal, ctx: Any) -> Response:
+    q = req.query
+    m = req.method
+    if req.bucket == "_" and req.key.startswith(INTERNAL_PREFIX):
+        if not principal.is_admin:
+            raise S3Error("AccessDenied", "Internal routes need admin credentials.")
+        return await internal.dispatch(gw, req, principal, ctx, req.key[len(INTERNAL_PREFIX):])
+    if not req.bucket:
+        if m in ("GET", "HEAD"):
+            return await buckets.list_buckets(gw, req, principal)
+        raise S3Error("MethodNotAllowed")
+    if not req.key:
+        return await _bucket(gw, req, principal, ctx, m, q)
+    if len(req.key.encode("utf-8", "surrogateescape")) > 1024:
+        raise S3Error("KeyTooLongError")
+    return await _object(gw, req, principal, ctx, m, q)
+
+
+async def _bucket(gw: Gateway, req: Request, p: Principal, ctx: Any, m: str, q: dict[str, str]) -> Response:
+    if m == "PUT":
+        for sub in ("versioning", "replication", "notification", "tagging", "acl"):
+            if sub in q:
+                return await getattr(buckets, f"put_{sub}")(gw, req, p, ctx)
+        return await buckets.create_bucket(gw, req, p, ctx)
+    if m in ("GET", "HEAD") and m == "HEAD":
+        return await buckets.head_bucket(gw, req, p)
+    if m == "GET":
+        for sub in ("versioning", "replication", "notification", "location", "tagging", "acl",
+                    "policy", "object-lock", "lifecycle", "cors", "encryption", "website",
+                    "ownershipControls", "publicAccessBlock", "logging", "requestPayment",
+                    "accelerate"):
+            if sub in q:
+                return await buckets.get_sub(gw, req, p, sub)
+        if "versions" in q:
+            return await buckets.list_versions(gw, req, p)
+        if "uploads" in q:
+            return await multipart.list_uploads(gw, req, p)
+        return await buckets.list_objects(gw, req, p, v2=q.get("list-type") == "2")
+    if m == "DELETE":
+        for sub in ("replication", "tagging", "notification"):
+            if sub in q:
+                return await buckets.delete_sub(gw, req, p, sub)
+        return await buckets.delete_bucket(gw, req, p)
+    if m == "POST" and "delete" in q:
+        return await objects.delete_objects(gw, req, p, ctx)
+    raise S3Error("MethodNotAllowed")
+
+
+async def _object(gw: Gateway, req: Request, p: Principal, ctx: Any, m: str, q: dict[str, str]) -> Response:
+    if m == "PUT":
+        if "tagging" in q:
+            return await objects.put_tagging(gw, req, p, ctx)
+        if "acl" in q:
+            return await objects.put_acl(gw, req, p, ctx)
+        if "uploadId" in q:
+            if "x-amz-copy-source" in req.headers:
+                return await multipart.upload_part_copy(gw, req, p, ctx)
+            return await multipart.upload_part(gw, req, p, ctx)
+        if "x-amz-copy-source" in req.headers:
+            return await objects.copy_object(gw, req, p, ctx)
+        return await objects.put_object(gw, req, p, ctx)
+    if m in ("GET", "HEAD"):
+        if "tagging" in q and m == "GET":
+            return await objects.get_tagging(gw, req, p)
+        if "acl" in q and m == "GET":
+            return await objects.get_acl(gw, req, p)
+        if "uploadId" in q and m == "GET":
+            return await multipart.list_parts(gw, req, p)
+        return await objects.get_object(gw, req, p, head=m == "HEAD")
+    if m == "DELETE":
+        if "tagging" in q:
+            return await objects.delete_tagging(gw, req, p)
+        if "uploadId" in q:
+            return await multipart.abort_upload(gw, req, p)
+        return await objects.delete_object(gw, req, p)
+    if m == "POST":
+        if "uploads" in q:
+            return await multipart.create_upload(gw, req, p, ctx)
+        if "uploadId" in q:
+            return await multipart.complete_upload(gw, req, p, ctx)
+    raise S3Error("MethodNotAllowed")

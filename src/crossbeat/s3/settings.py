@@ -1,0 +1,51 @@
+"""Gateway settings: the `[gateway]` section of crossbeat.toml, CROSSBEAT_… env overrides."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class UserSettings(BaseModel):
+    """One S3 user: owns the buckets it creates."""
+
+    access_key: str
+    secret_key: SecretStr
+    display_name: str = ""
+
+
+class GatewaySettings(BaseSettings):
+    """Everything `crossbeat gateway` needs.
+
+    `access_key`/`secret_key` are the root (admin) credentials, read from
+    CROSSBEAT_ACCESS_KEY / CROSSBEAT_SECRET_KEY; when absent the gateway generates a pair once
+    and keeps it in the data dir. `repositories` maps location names to repository settings
+    (dicts validated by crossbeat.repositories); a bucket's LocationConstraint picks one, and
+    `default_location` (an sfs repository in the data dir unless configured) serves the rest.
+    """
+
+    model_config = SettingsConfigDict(env_prefix="CROSSBEAT_", extra="ignore")
+
+    data_dir: Path = Path("./data")
+    listen: str = "127.0.0.1:8000"
+    access_key: str | None = None
+    secret_key: SecretStr | None = None
+    users: list[UserSettings] = Field(default_factory=list)
+    region: str = "us-east-1"
+    site: str = "a"
+    repositories: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    default_location: str = "default"
+    chunk_size: int = 4 * 1024 * 1024
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    # a PUT body up to this size is read whole, then written in one worker-thread call
+    small_object_bytes: int = 1024 * 1024
+    max_object_bytes: int = 5 * 1024**4
+    min_part_bytes: int = 5 * 1024 * 1024
+    worker_threads: int = 32
+    journal_retention_entries: int = 10_000_000
+    journal_retention_seconds: float = 7 * 24 * 3600
+    cleanup_on_start: bool = True
