@@ -69,6 +69,10 @@ class SqliteMetadataStore(MetadataStore):
         """Commits and operations so far (group commit shows as operations > commits)."""
         return self._writer.stats
 
+    def pending_writes(self) -> int:
+        """Write operations queued behind the batch being committed."""
+        return self._writer.pending()
+
     def _on_commit(self, last_seq: int) -> None:
         with self._changed:
             if last_seq > self._committed:
@@ -263,9 +267,10 @@ class SqliteMetadataStore(MetadataStore):
             lambda txn: txn.conn.execute("DELETE FROM checkpoints WHERE consumer = ?", (consumer,))
         )
 
-    def trim_journal(self) -> int:
-        now = datetime.now(UTC)
-        return self._write(lambda txn: journal.trim(txn.conn, self.settings, now))
+    def trim_journal(self, *, now: datetime | None = None) -> int:
+        """Retention (see MetadataStore); `now` (aware datetime) overrides the clock."""
+        when = now or datetime.now(UTC)
+        return self._write(lambda txn: journal.trim(txn.conn, self.settings, when))
 
     def close(self) -> None:
         if self._closed:

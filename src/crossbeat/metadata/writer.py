@@ -108,6 +108,10 @@ class GroupCommitWriter:
             self._queue.put(_Op(fn, future))
         return future.result()
 
+    def pending(self) -> int:
+        """Operations queued and not yet taken into a batch (approximate, for tests/metrics)."""
+        return self._queue.qsize()
+
     def close(self) -> None:
         """Let queued operations finish, stop the thread, close the connection."""
         with self._close_lock:

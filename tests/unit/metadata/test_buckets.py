@@ -1,0 +1,67 @@
+from __future__ import annotations
+
+import pytest
+
+from crossbeat.metadata import (
+    Bucket,
+    BucketExists,
+    BucketNotEmpty,
+    InvalidMetadata,
+    NoSuchBucket,
+)
+from crossbeat.metadata.sqlite import SqliteMetadataStore
+
+from .conftest import version
+
+
+def make(name: str, owner: str = "alice") -> Bucket:
+    return Bucket(name, owner, "default", "2024-01-01T00:00:00.000Z")
+
+
+def test_create_get_list_update_delete_are_journaled(store: SqliteMetadataStore) -> None:
+    store.create_bucket(make("b2"))
+    store.create_bucket(make("b1"))
+    with pytest.raises(BucketExists) as info:
+        store.create_bucket(make("b1", owner="bob"))
+    assert info.value.existing.owner == "alice"
+    assert [b.name for b in store.list_buckets()] == ["b1", "b2"]
+
+    replication = {"role": "r", "rules": [{"id": "1", "storageClass": "site-b"}]}
+    updated = store.update_bucket("b1", versioning="Enabled", replication=replication)
+    assert updated.versioning == "Enabled"
+    assert store.get_bucket("b1") == updated
+    with pytest.raises(InvalidMetadata):
+        store.update_bucket("b1", owner="mallory")
+    with pytest.raises(InvalidMetadata):
+        store.update_bucket("b1", versioning="Sometimes")
+    with pytest.raises(NoSuchBucket):
+        store.update_bucket("nope", versioning="Enabled")
+
+    store.delete_bucket("b2")
+    assert store.get_bucket("b2") is None
+    with pytest.raises(NoSuchBucket):
+        store.delete_bucket("b2")
+    entries = [e.to_json() for e in store.read_journal(0, 100)]
+    assert [(e["op"], e["bucket"], e["key"], e["versionId"]) for e in entries] == [
+        ("put", "b2", "", None),
+        ("put", "b1", "", None),
+        ("put", "b1", "", None),
+        ("del", "b2", "", None),
+    ]
+    assert entries[2]["value"]["replication"] == replication
+    assert set(entries[0]) == {"seq", "op", "bucket", "key", "versionId", "value", "ts"}
+
+
+def test_bucket_not_empty_while_versions_or_uploads_remain(store: SqliteMetadataStore) -> None:
+    store.create_bucket(make("b"))
+    v = version("b", "k", isDeleteMarker=True)
+    store.put_version(v)
+    with pytest.raises(BucketNotEmpty):
+        store.delete_bucket("b")
+    store.delete_version("b", "k", v["versionId"])
+    store.create_upload({"uploadId": "u1", "bucket": "b", "key": "k", "initiated": "t", "meta": {}})
+    with pytest.raises(BucketNotEmpty):
+        store.delete_bucket("b")
+    store.abort_upload("u1")
+    store.delete_bucket("b")
+    assert store.list_buckets() == []
