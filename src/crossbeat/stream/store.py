@@ -1,0 +1,153 @@
+"""The stream store: every stream under one directory, on this node.
+
+Layout of `data_dir`::
+
+    placement.json                      the placement driver's state (streams → ranges)
+    ranges/<stream id>/<range index>/   one range replica: <base offset>.log/.index/.timeindex
+
+What an acknowledgement means: `Stream.append(..., durable=True)` returns only after the
+batch's bytes, and every earlier batch of the same stream, have been written to the segment
+file and fdatasync'ed, and the segment file's directory entry (created at roll) was fsynced
+before the first byte went into it. So a batch whose append returned survives a process
+crash or power loss (given a disk that honours flushes), and recovery keeps it exactly once
+at its offset. The high watermark (`Stream.end_offset`) only moves over fsynced batches, so
+readers never see a batch that a crash could remove. `durable=False` returns after the write
+(page cache); the batch is fsynced in the next group-commit round (within about
+`flush_max_delay_ms` plus one fsync), and a crash before then may lose it.
+
+Group commit: one flusher task serves all streams; each dirty segment is fsynced once per
+round however many appends it holds (see `crossbeat.stream.flusher`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+from crossbeat.stream.errors import (
+    InvalidStreamName,
+    StoreClosed,
+    StreamNotFound,
+)
+from crossbeat.stream.flusher import Flusher
+from crossbeat.stream.placement import PlacementDriver
+from crossbeat.stream.range_server import RangeServer
+from crossbeat.stream.settings import StreamSettings
+from crossbeat.stream.stream import Stream
+
+MAX_NAME_LENGTH = 249  # Kafka's topic name limit; names never reach the filesystem anyway
+
+
+def validate_name(name: object) -> str:
+    """Return `name` if it can name a stream; raise InvalidStreamName otherwise."""
+    if not isinstance(name, str) or not name:
+        raise InvalidStreamName("stream name must be a non-empty string")
+    if len(name) > MAX_NAME_LENGTH:
+        raise InvalidStreamName(f"stream name is longer than {MAX_NAME_LENGTH} characters")
+    if any(ord(c) < 0x20 or c == "\x7f" for c in name):
+        raise InvalidStreamName("stream name may not contain control characters")
+    return name
+
+
+class StreamStore:
+    """All streams under one directory; the single-node placement driver + range server."""
+
+    def __init__(
+        self, data_dir: Path, settings: StreamSettings, placement: PlacementDriver
+    ) -> None:
+        self.data_dir = data_dir
+        self.settings = settings
+        self._placement = placement
+        self._range_server = RangeServer(data_dir / "ranges", settings)
+        self._flusher = Flusher(settings.flush_max_delay_ms)
+        self._streams: dict[str, Stream] = {}
+        self._closed = False
+
+    @classmethod
+    async def open(cls, data_dir: Path, settings: StreamSettings | None = None) -> StreamStore:
+        """Open (or create) the store and recover every stream.
+
+        Recovery CRC-checks the tail segment of each open range, truncates a torn or
+        corrupt tail, rebuilds missing or stale indexes, deletes segments retention had
+        already released and directories of streams that no longer exist. Must be called
+        from a running event loop (the group-commit task starts here).
+        """
+        data_dir = Path(data_dir)
+        data_dir.mkdir(parents=True, exist_ok=True)
+        settings = settings or StreamSettings()
+        store = cls(data_dir, settings, PlacementDriver(data_dir / "placement.json"))
+        await asyncio.to_thread(store._recover)
+        store._flusher.start()
+        return store
+
+    def _recover(self) -> None:
+        rs = self._range_server
+        for meta in self._placement.streams.values():
+            replicas = [rs.open_replica(meta.id, info, meta.start_offset) for info in meta.ranges]
+            rs.remove_orphan_ranges(meta.id, {info.index for info in meta.ranges})
+            self._streams[meta.name] = Stream(self, meta, replicas)
+        rs.remove_orphans({m.id for m in self._placement.streams.values()})
+
+    @property
+    def fsync_count(self) -> int:
+        """Segment fdatasyncs made by group commit so far (benchmarks and tests)."""
+        return self._flusher.fsyncs
+
+    @property
+    def flush_rounds(self) -> int:
+        return self._flusher.rounds
+
+    def _check_appendable(self) -> None:
+        if self._closed:
+            raise StoreClosed("the stream store is closed")
+        if self._flusher.failed is not None:
+            raise self._flusher.failed
+
+    async def close(self) -> None:
+        """Flush and fsync everything written, complete waiting appends, close the files."""
+        if self._closed:
+            return
+        self._closed = True
+        await self._flusher.stop()
+        for stream in self._streams.values():
+            stream._close_files()
+
+    # ---- streams -----------------------------------------------------------------------
+    def create_stream(self, name: str, config: dict[str, str] | None = None) -> Stream:
+        """Create an empty stream (blocking: persists the placement file). StreamExists if present."""
+        validate_name(name)
+        if self._closed:
+            raise StoreClosed("the stream store is closed")
+        if config is not None and not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in config.items()
+        ):
+            raise InvalidStreamName("stream config keys and values must be strings")
+        meta = self._placement.create_stream(name, config or {})
+        replica = self._range_server.create_replica(meta.id, meta.ranges[0])
+        stream = Stream(self, meta, [replica])
+        self._streams[name] = stream
+        return stream
+
+    def get_stream(self, name: str) -> Stream | None:
+        return self._streams.get(name)
+
+    def delete_stream(self, name: str) -> None:
+        """Remove the stream and its data; waiting appends fail with StreamNotFound."""
+        stream = self._streams.get(name)
+        if stream is None:
+            raise StreamNotFound(f"stream {name!r} does not exist")
+        meta = self._placement.delete_stream(name)
+        del self._streams[name]
+        stream._mark_gone(StreamNotFound(f"stream {name!r} was deleted"))
+        stream._delete_files()
+        self._range_server.drop_stream(meta.id)
+
+    def streams(self) -> list[str]:
+        return sorted(self._streams)
+
+    async def enforce_retention(self, now_ms: int | None = None) -> None:
+        """Apply retention_ms / retention_bytes to every stream (whole segments only)."""
+        now = int(time.time() * 1000) if now_ms is None else now_ms
+        for stream in list(self._streams.values()):
+            await stream.enforce_retention(now)

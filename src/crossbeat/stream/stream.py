@@ -1,0 +1,320 @@
+"""One stream: an ordered list of ranges (placement driver) backed by local range replicas.
+
+Offsets are dense and assigned by the store. `end_offset` is the high watermark: every
+batch below it is fsynced, and readers never see a batch at or above it, so a consumer can
+never read a batch that a crash could take back. `log_end_offset` (next offset to assign) can
+be ahead of it by the appends waiting for the next group-commit round.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from crossbeat.stream.batch import BatchHeader, assign, validate_batch
+from crossbeat.stream.errors import OffsetOutOfRange, StoreFailed, StreamError
+from crossbeat.stream.placement import RangeInfo, StreamMeta
+from crossbeat.stream.range_server import RangeReplica
+
+if TYPE_CHECKING:
+    from crossbeat.stream.segment import Segment
+    from crossbeat.stream.store import StreamStore
+
+
+@dataclass(slots=True)
+class _Pending:
+    segment: Segment
+    end: int  # segment size once this batch is written
+    next_offset: int
+    future: asyncio.Future[None] | None
+
+
+class Stream:
+    """An append-only log of Kafka RecordBatches with store-assigned offsets."""
+
+    def __init__(self, store: StreamStore, meta: StreamMeta, replicas: list[RangeReplica]) -> None:
+        self._store = store
+        self._meta = meta
+        self._replicas = replicas
+        self._next_offset = replicas[-1].next_offset
+        self._hw = self._next_offset  # recovery fsynced everything it kept
+        self._pending: deque[_Pending] = deque()
+        self._lock = asyncio.Lock()
+        self._hw_changed = asyncio.Event()
+        self._gone: StreamError | None = None
+
+    # ---- metadata ----------------------------------------------------------------------
+    @property
+    def name(self) -> str:
+        return self._meta.name
+
+    @property
+    def config(self) -> dict[str, str]:
+        """Per-stream configuration, persisted with the placement metadata."""
+        return self._meta.config
+
+    @property
+    def ranges(self) -> list[RangeInfo]:
+        """Ordered ranges; only the last is open (its end_offset is None)."""
+        return list(self._meta.ranges)
+
+    @property
+    def start_offset(self) -> int:
+        """The log start offset: the first offset still stored (retention moves it)."""
+        return self._meta.start_offset
+
+    @property
+    def end_offset(self) -> int:
+        """High watermark: the next offset after the last durable (fsynced) batch."""
+        return self._hw
+
+    @property
+    def log_end_offset(self) -> int:
+        """The next offset the store will assign (>= end_offset)."""
+        return self._next_offset
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(r.size_bytes for r in self._replicas)
+
+    def __repr__(self) -> str:
+        return f"Stream({self.name!r}, start={self.start_offset}, end={self.end_offset})"
+
+    # ---- appending ---------------------------------------------------------------------
+    def _check_usable(self) -> None:
+        if self._gone is not None:
+            raise self._gone
+        self._store._check_appendable()
+
+    async def append(self, batch: bytes | bytearray, *, durable: bool = True) -> int:
+        """Append one RecordBatch v2 and return the base offset the store assigned.
+
+        The batch is validated first (length, magic, CRC-32C, record count vs offset delta):
+        on failure CorruptBatch is raised and nothing is written. The store writes
+        baseOffset and partitionLeaderEpoch (= the open range's index) in place when given
+        a bytearray (a bytes object is copied), then appends the bytes verbatim.
+        With `durable` the call returns once the batch and everything before it in the
+        stream is fsynced; otherwise right after the write (it becomes durable, and visible
+        to readers, in the next group-commit round, within about flush_max_delay_ms).
+        Appends to one stream are written in call order.
+        """
+        self._check_usable()
+        header = validate_batch(batch)
+        buf = batch if isinstance(batch, bytearray) else bytearray(batch)
+        future: asyncio.Future[None] | None = None
+        async with self._lock:
+            self._check_usable()
+            while True:
+                replica = self._replicas[-1]
+                if not replica.needs_roll(header, int(time.time() * 1000)):
+                    break
+                await replica.roll()
+                self._check_usable()
+            base = self._next_offset
+            assign(buf, base, replica.index)
+            segment, end = replica.append(buf, base, header)
+            self._next_offset = base + header.last_offset_delta + 1
+            if durable:
+                future = asyncio.get_running_loop().create_future()
+            self._pending.append(_Pending(segment, end, self._next_offset, future))
+            self._store._flusher.mark(segment, self)
+        if future is not None:
+            await future
+        return base
+
+    def on_synced(self) -> None:
+        """Flusher callback: complete appends whose bytes are now durable."""
+        advanced = False
+        pending = self._pending
+        while pending and pending[0].segment.synced >= pending[0].end:
+            entry = pending.popleft()
+            self._hw = entry.next_offset
+            advanced = True
+            if entry.future is not None and not entry.future.done():
+                entry.future.set_result(None)
+        if advanced:
+            self._notify()
+
+    def on_sync_failed(self, error: StoreFailed) -> None:
+        self._fail_pending(error)
+
+    def _fail_pending(self, error: StreamError) -> None:
+        while self._pending:
+            entry = self._pending.popleft()
+            if entry.future is not None and not entry.future.done():
+                entry.future.set_exception(error)
+        self._notify()
+
+    def _notify(self) -> None:
+        self._hw_changed.set()
+        self._hw_changed = asyncio.Event()
+
+    # ---- reading -----------------------------------------------------------------------
+    def _check_readable(self) -> None:
+        if self._gone is not None:
+            raise self._gone
+
+    def read(self, offset: int, max_bytes: int) -> list[memoryview | bytes]:
+        """Stored batches from the one containing `offset`, up to `max_bytes` in total.
+
+        The first batch is returned whole even when larger than `max_bytes` (KIP-74);
+        batches are never split. Only durable batches (below end_offset) are returned.
+        Raises OffsetOutOfRange unless start_offset <= offset <= end_offset;
+        offset == end_offset returns [].
+        """
+        self._check_readable()
+        start, end = self.start_offset, self._hw
+        if offset < start or offset > end:
+            raise OffsetOutOfRange(
+                f"offset {offset} is outside [{start}, {end}] of stream {self.name!r}",
+                start_offset=start,
+                end_offset=end,
+            )
+        out: list[memoryview | bytes] = []
+        if offset == end:
+            return out
+        used = 0
+        ri = self._replica_index_for(offset)
+        for replica in self._replicas[ri:]:
+            for segment in replica.segments[replica.segment_index_for(offset) :]:
+                used, done = segment.read(offset, max_bytes, end, out, used)
+                if done:
+                    return out
+                offset = max(offset, segment.next_offset)
+        return out
+
+    def _replica_index_for(self, offset: int) -> int:
+        starts = [r.first_offset for r in self._replicas]
+        return max(bisect.bisect_right(starts, offset) - 1, 0)
+
+    async def wait_for(self, offset: int, timeout: float) -> bool:
+        """Long-poll: True as soon as end_offset > `offset`, False after `timeout` seconds."""
+        if self._hw > offset:
+            return True
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while self._hw <= offset and self._gone is None:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                break
+            try:
+                await asyncio.wait_for(self._hw_changed.wait(), remaining)
+            except TimeoutError:
+                break
+        return self._hw > offset
+
+    def offset_for_timestamp(self, ts_ms: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first batch whose maxTimestamp >= `ts_ms`, or None.
+
+        Batch granularity, as in the contract: the batch's base offset and its
+        maxTimestamp. (Kafka refines to the first record inside the batch; clients that
+        seek there simply see a few earlier records of the same batch.)
+        """
+        self._check_readable()
+        end = self._hw
+        for replica in self._replicas:
+            for segment in replica.segments:
+                if segment.max_timestamp < ts_ms:
+                    continue
+                found = segment.find_timestamp(ts_ms, end)
+                if found is not None:
+                    _pos, header = found
+                    if header.next_offset <= self.start_offset:
+                        continue
+                    return max(header.base_offset, self.start_offset), header.max_timestamp
+        return None
+
+    def batch_headers_tail(self, n: int) -> list[BatchHeader]:
+        """The last `n` durable batch headers (oldest first), e.g. to rebuild producer state.
+
+        The headers carry the offsets the store assigned.
+        """
+        self._check_readable()
+        result: list[BatchHeader] = []
+        end = self._hw
+        for replica in reversed(self._replicas):
+            for segment in reversed(replica.segments):
+                if len(result) >= n:
+                    return result[-n:] if n > 0 else []
+                result = segment.headers_tail(n - len(result), end) + result
+        return result[-n:] if n > 0 else []
+
+    # ---- ranges ------------------------------------------------------------------------
+    def seal(self) -> RangeInfo:
+        """Seal the open range at the log end and open a new range there; returns the sealed one.
+
+        Blocking (fsyncs the open range's active segment and the placement file). Appends
+        already written to the sealed range are durable afterwards; later appends go to the
+        new range (its index becomes the batches' partitionLeaderEpoch).
+        """
+        self._check_usable()
+        replica = self._replicas[-1]
+        end = replica.seal()
+        sealed, fresh = self._store._placement.seal_range(self.name, end)
+        self._replicas.append(self._store._range_server.create_replica(self._meta.id, fresh))
+        self.on_synced()
+        return sealed
+
+    # ---- retention ---------------------------------------------------------------------
+    async def enforce_retention(self, now_ms: int) -> None:
+        """Delete whole old segments (time and size limits), advancing start_offset."""
+        settings = self._store.settings
+        if settings.retention_ms is None and settings.retention_bytes is None:
+            return
+        async with self._lock:
+            if self._gone is not None:
+                return
+            cutoff = None if settings.retention_ms is None else now_ms - settings.retention_ms
+            last = self._replicas[-1]
+            active = last.active
+            if cutoff is not None and active.size and active.age_timestamp_ms() < cutoff:
+                # The whole open segment has expired: roll it so it can go too (as Kafka does).
+                await last.roll()
+                self.on_synced()
+            total = self.size_bytes
+            doomed: list[tuple[RangeReplica, Segment]] = []
+            for replica in self._replicas:
+                segments = replica.segments if replica is not last else replica.segments[:-1]
+                stop = False
+                for segment in segments:
+                    expired = cutoff is not None and segment.age_timestamp_ms() < cutoff
+                    too_big = (
+                        settings.retention_bytes is not None
+                        and total - segment.size >= settings.retention_bytes
+                    )
+                    if not (expired or too_big or segment.size == 0):
+                        stop = True
+                        break
+                    doomed.append((replica, segment))
+                    total -= segment.size
+                if stop:
+                    break
+            if not doomed:
+                return
+            new_start = max(doomed[-1][1].next_offset, self.start_offset)
+            dropped = self._store._placement.advance_start(self.name, new_start)
+            dropped_indexes = {r.index for r in dropped}
+            for replica in list(self._replicas):
+                if replica.index in dropped_indexes:
+                    replica.delete()
+                    self._replicas.remove(replica)
+                else:
+                    count = sum(1 for r, _ in doomed if r is replica)
+                    replica.drop_first_segments(count)
+
+    # ---- teardown ----------------------------------------------------------------------
+    def _mark_gone(self, error: StreamError) -> None:
+        self._gone = error
+        self._fail_pending(error)
+
+    def _close_files(self) -> None:
+        for replica in self._replicas:
+            replica.close()
+
+    def _delete_files(self) -> None:
+        for replica in self._replicas:
+            replica.delete()
