@@ -35,6 +35,13 @@ def new_object_id(now_ns: int | None = None) -> str:
     return "".join(reversed(digits)).rjust(ID_WIDTH, "0")
 
 
+def object_id_time(data_key: str) -> float | None:
+    """When an id made by `new_object_id` was created (epoch seconds); None for other ids."""
+    if len(data_key) != ID_WIDTH or data_key.strip(_ALPHABET):
+        return None
+    return (int(data_key, 36) >> _RANDOM_BITS) / 1e6
+
+
 def check_object_id(data_key: str) -> str:
     """Return `data_key` if it is a safe objectId, else raise `RepositoryError`."""
     if not isinstance(data_key, str) or not _VALID.fullmatch(data_key):

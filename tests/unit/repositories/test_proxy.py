@@ -1,0 +1,100 @@
+"""The seed-003 repository proxy over two real sfs repositories."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from crossbeat.repositories import NoSuchData, ProxyRepository, RepositoryError
+from crossbeat.repositories.sfs import SfsRepository
+
+
+@pytest.fixture
+def repos(tmp_path: Path) -> tuple[SfsRepository, SfsRepository, ProxyRepository]:
+    old = SfsRepository("old", tmp_path / "old", chunk_size=64)
+    new = SfsRepository("new", tmp_path / "new", chunk_size=128)
+    return old, new, ProxyRepository("proxy", {"old": old, "new": new}, "new")
+
+
+def test_new_objects_go_to_the_preferred_backend(repos) -> None:  # type: ignore[no-untyped-def]
+    old, new, proxy = repos
+    loc = proxy.put_bytes(b"fresh data")
+    assert loc.location == "new"  # locations name the backend that holds the data
+    assert new.read_bytes(loc.dataKey) == b"fresh data"
+    assert old.size(loc.dataKey) is None
+    assert proxy.read_bytes(loc.dataKey, 1, 5) == b"resh"
+
+
+def test_reads_go_to_the_owner_of_an_unlocked_manifest(repos) -> None:  # type: ignore[no-untyped-def]
+    old, new, proxy = repos
+    key = old.put_bytes(b"x" * 500).dataKey
+    assert proxy.size(key) == 500
+    assert proxy.read_bytes(key) == b"x" * 500
+    assert proxy.location(key).location == "old"  # type: ignore[union-attr]
+    old.lock(key)  # a locked manifest is as good as absent
+    assert proxy.size(key) is None
+    with pytest.raises(NoSuchData):
+        proxy.read(key)
+    with pytest.raises(NoSuchData):
+        proxy.read("neverwritten")
+
+
+def test_migration_stages(repos) -> None:  # type: ignore[no-untyped-def]
+    """Seed 003: copy locked to the preferred backend, switch locks, delete the old copy."""
+    old, new, proxy = repos
+    data = bytes(range(256)) * 5
+    key = old.put_bytes(data).dataKey
+    # Copy stage: the copy commits locked, so reads still go to the old backend.
+    with new.writer(key, locked=True) as w:
+        for piece in old.read(key):
+            w.write(piece)
+        w.commit()
+    assert proxy.location(key).location == "old"  # type: ignore[union-attr]
+    new.unlock(key)
+    old.lock(key)
+    assert proxy.location(key).location == "new"  # type: ignore[union-attr]
+    assert proxy.read_bytes(key) == data
+    # Delete stage: idempotent on the old backend.
+    old.delete(key)
+    old.delete(key)
+    assert proxy.read_bytes(key) == data
+    assert list(proxy.keys()) == [key]
+
+
+def test_writes_naming_an_owned_key_go_to_the_owner(repos) -> None:  # type: ignore[no-untyped-def]
+    old, new, proxy = repos
+    key = old.put_bytes(b"old").dataKey
+    with pytest.raises(RepositoryError, match="already exists in repository 'old'"):
+        proxy.writer(key)
+    with proxy.writer("givenkey123") as w:
+        w.write(b"abc")
+        assert w.commit().location == "new"
+
+
+def test_deletes_reach_every_backend(repos) -> None:  # type: ignore[no-untyped-def]
+    old, new, proxy = repos
+    key = old.put_bytes(b"a").dataKey
+    with new.writer(key, locked=True) as w:
+        w.write(b"a")
+        w.commit()
+    proxy.delete(key)
+    assert old.stat(key) is None and new.stat(key) is None
+    proxy.delete(key)  # idempotent
+
+
+def test_keys_and_cleanup_cover_all_backends(repos) -> None:  # type: ignore[no-untyped-def]
+    old, new, proxy = repos
+    a = old.put_bytes(b"a").dataKey
+    b = new.put_bytes(b"b").dataKey
+    assert sorted(proxy.keys()) == sorted([a, b])
+    assert proxy.cleanup(lambda k: k == a, older_than_s=0) == [b]
+    assert list(proxy.keys()) == [a]
+
+
+def test_bad_proxy_configuration(tmp_path: Path) -> None:
+    repo = SfsRepository("one", tmp_path)
+    with pytest.raises(RepositoryError):
+        ProxyRepository("p", {"one": repo}, "two")
+    with pytest.raises(RepositoryError):
+        ProxyRepository("p", {}, "one")
