@@ -187,6 +187,15 @@ class Gateway:
         except Exception:
             log.exception("internal error on %s %s", req.method, req.raw_path)
             response = self.error_response(S3Error("InternalError"), req)
+        if response.status >= 300 and not req.body_done and req.has_body:
+            # An unread body (e.g. refused before `Expect: 100-continue` was answered) would be
+            # parsed as the next request: drain a small one, else close the connection.
+            try:
+                drained = await req.discard_body()
+            except Exception:  # noqa: BLE001 - any failure here means: close
+                drained = False
+            if not drained:
+                response.headers["connection"] = "close"
         await response.send(send, req, head_only=head_only)
 
     def authenticate(self, req: Request) -> tuple[Principal, Any]:

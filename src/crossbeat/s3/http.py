@@ -42,6 +42,27 @@ class Request:
     bucket: str = ""
     key: str = ""
     request_id: str = field(default_factory=lambda: uuid.uuid4().hex[:16].upper())
+    body_done: bool = False
+
+    @property
+    def has_body(self) -> bool:
+        length = self.headers.get("content-length")
+        return bool(length and length != "0") or "transfer-encoding" in self.headers
+
+    async def discard_body(self, limit: int = 1024 * 1024) -> bool:
+        """Read and drop an unread body of at most `limit` bytes so the connection can be
+        reused; False when it is larger (the caller then closes the connection)."""
+        if self.body_done or not self.has_body:
+            return True
+        try:
+            length = int(self.headers.get("content-length", "-1"))
+        except ValueError:
+            return False
+        if length < 0 or length > limit:
+            return False
+        async for _ in self.body_chunks():
+            pass
+        return True
 
     @classmethod
     def from_scope(cls, scope: Scope, receive: Receive) -> Request:
@@ -79,9 +100,12 @@ class Request:
             if message["type"] == "http.disconnect":
                 raise ConnectionError("client disconnected")
             chunk = message.get("body", b"")
+            more = message.get("more_body", False)
+            if not more:
+                self.body_done = True
             if chunk:
                 yield chunk
-            if not message.get("more_body", False):
+            if not more:
                 return
 
     async def read_body(self, limit: int = 16 * 1024 * 1024) -> bytes:

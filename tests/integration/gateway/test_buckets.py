@@ -1,0 +1,140 @@
+from __future__ import annotations
+
+from typing import Any
+
+import botocore.exceptions
+import httpx
+import pytest
+
+from tests.support.gateway import ROOT_AK, s3_client
+from tests.support.procs import Service
+
+pytestmark = pytest.mark.integration
+
+
+def code(exc: pytest.ExceptionInfo[botocore.exceptions.ClientError]) -> str:
+    return exc.value.response["Error"]["Code"]
+
+
+def test_create_list_head_delete(s3: Any) -> None:
+    s3.create_bucket(Bucket="life-cycle")
+    assert "life-cycle" in [b["Name"] for b in s3.list_buckets()["Buckets"]]
+    s3.head_bucket(Bucket="life-cycle")
+    with pytest.raises(botocore.exceptions.ClientError) as exc:
+        s3.create_bucket(Bucket="life-cycle")
+    assert code(exc) == "BucketAlreadyOwnedByYou"
+    s3.put_object(Bucket="life-cycle", Key="k", Body=b"x")
+    with pytest.raises(botocore.exceptions.ClientError) as exc:
+        s3.delete_bucket(Bucket="life-cycle")
+    assert code(exc) == "BucketNotEmpty"
+    s3.delete_object(Bucket="life-cycle", Key="k")
+    s3.delete_bucket(Bucket="life-cycle")
+    with pytest.raises(botocore.exceptions.ClientError) as exc:
+        s3.head_bucket(Bucket="life-cycle")
+    assert exc.value.response["ResponseMetadata"]["HTTPStatusCode"] == 404
+
+
+@pytest.mark.parametrize("name", ["ab", "UPPER", "has_underscore", "192.168.1.1", "a..b", "-lead"])
+def test_invalid_bucket_names(s3: Any, name: str) -> None:
+    with pytest.raises((botocore.exceptions.ClientError, botocore.exceptions.ParamValidationError)) as exc:
+        s3.create_bucket(Bucket=name)
+    if isinstance(exc.value, botocore.exceptions.ClientError):
+        assert exc.value.response["Error"]["Code"] == "InvalidBucketName"
+
+
+def test_location(s3: Any) -> None:
+    s3.create_bucket(Bucket="loc-default")
+    assert s3.get_bucket_location(Bucket="loc-default")["LocationConstraint"] is None
+    with pytest.raises(botocore.exceptions.ClientError) as exc:
+        s3.create_bucket(Bucket="loc-bad", CreateBucketConfiguration={"LocationConstraint": "nowhere"})
+    assert code(exc) == "InvalidLocationConstraint"
+
+
+def test_other_users_bucket_is_access_denied(s3: Any, alice: Any) -> None:
+    s3.create_bucket(Bucket="root-owned")
+    s3.put_object(Bucket="root-owned", Key="secret", Body=b"s")
+    alice.create_bucket(Bucket="alice-owned")
+    assert [b["Name"] for b in alice.list_buckets()["Buckets"]] == ["alice-owned"]
+    for call in (
+        lambda: alice.get_object(Bucket="root-owned", Key="secret"),
+        lambda: alice.put_object(Bucket="root-owned", Key="x", Body=b"x"),
+        lambda: alice.list_objects_v2(Bucket="root-owned"),
+    ):
+        with pytest.raises(botocore.exceptions.ClientError) as exc:
+            call()
+        assert code(exc) == "AccessDenied"
+    with pytest.raises(botocore.exceptions.ClientError) as exc:
+        alice.create_bucket(Bucket="root-owned")
+    assert code(exc) == "BucketAlreadyExists"
+    assert [o["Key"] for o in s3.list_objects_v2(Bucket="root-owned")["Contents"]] == ["secret"]
+
+
+def test_anonymous_and_missigned_requests_change_nothing(gateway: Service, s3: Any) -> None:
+    s3.create_bucket(Bucket="guarded")
+    r = httpx.put(f"{gateway.url}/guarded/anon", content=b"x")
+    assert r.status_code == 403 and b"<Code>AccessDenied</Code>" in r.content
+    bad = s3_client(gateway.url, ROOT_AK, "wrong-secret")
+    with pytest.raises(botocore.exceptions.ClientError) as exc:
+        bad.put_object(Bucket="guarded", Key="forged", Body=b"x")
+    assert code(exc) == "SignatureDoesNotMatch"
+    unknown = s3_client(gateway.url, "NOSUCHKEY", "x")
+    with pytest.raises(botocore.exceptions.ClientError) as exc:
+        unknown.put_object(Bucket="guarded", Key="forged", Body=b"x")
+    assert code(exc) == "InvalidAccessKeyId"
+    assert s3.list_objects_v2(Bucket="guarded")["KeyCount"] == 0
+
+
+def test_error_body_is_s3_xml(gateway: Service, s3: Any) -> None:
+    with pytest.raises(botocore.exceptions.ClientError) as exc:
+        s3.get_object(Bucket="no-such-bucket-here", Key="k")
+    assert code(exc) == "NoSuchBucket"
+    assert exc.value.response["ResponseMetadata"]["HTTPHeaders"]["x-amz-request-id"]
+
+
+def test_replication_configuration(s3: Any) -> None:
+    s3.create_bucket(Bucket="repl-src")
+    config = {
+        "Role": "arn:aws:iam::000000000000:role/replication",
+        "Rules": [{
+            "ID": "to-b", "Priority": 1, "Status": "Enabled", "Filter": {"Prefix": "docs/"},
+            "DeleteMarkerReplication": {"Status": "Enabled"},
+            "Destination": {"Bucket": "arn:aws:s3:::repl-dst", "StorageClass": "b"},
+        }],
+    }
+    with pytest.raises(botocore.exceptions.ClientError) as exc:
+        s3.put_bucket_replication(Bucket="repl-src", ReplicationConfiguration=config)
+    assert code(exc) == "InvalidRequest"  # versioning must be Enabled
+    with pytest.raises(botocore.exceptions.ClientError) as exc:
+        s3.get_bucket_replication(Bucket="repl-src")
+    assert code(exc) == "ReplicationConfigurationNotFoundError"
+    s3.put_bucket_versioning(Bucket="repl-src", VersioningConfiguration={"Status": "Enabled"})
+    s3.put_bucket_replication(Bucket="repl-src", ReplicationConfiguration=config)
+    got = s3.get_bucket_replication(Bucket="repl-src")["ReplicationConfiguration"]
+    assert got["Rules"][0]["ID"] == "to-b"
+    assert got["Rules"][0]["Destination"]["StorageClass"] == "b"
+    s3.put_object(Bucket="repl-src", Key="docs/a", Body=b"a")
+    s3.put_object(Bucket="repl-src", Key="other/a", Body=b"a")
+    assert s3.head_object(Bucket="repl-src", Key="docs/a")["ReplicationStatus"] == "PENDING"
+    assert s3.get_object(Bucket="repl-src", Key="docs/a")["ReplicationStatus"] == "PENDING"
+    assert "ReplicationStatus" not in s3.head_object(Bucket="repl-src", Key="other/a")
+    s3.delete_bucket_replication(Bucket="repl-src")
+    with pytest.raises(botocore.exceptions.ClientError) as exc:
+        s3.get_bucket_replication(Bucket="repl-src")
+    assert code(exc) == "ReplicationConfigurationNotFoundError"
+
+
+def test_notification_configuration(s3: Any) -> None:
+    s3.create_bucket(Bucket="notify-me")
+    cfg = {"QueueConfigurations": [{
+        "Id": "q1", "QueueArn": "arn:aws:sqs:us-east-1:000000000000:q",
+        "Events": ["s3:ObjectCreated:*"],
+        "Filter": {"Key": {"FilterRules": [{"Name": "prefix", "Value": "in/"}]}},
+    }]}
+    s3.put_bucket_notification_configuration(Bucket="notify-me", NotificationConfiguration=cfg)
+    got = s3.get_bucket_notification_configuration(Bucket="notify-me")
+    assert got["QueueConfigurations"][0]["Id"] == "q1"
+    assert got["QueueConfigurations"][0]["Events"] == ["s3:ObjectCreated:*"]
+    bad = {"QueueConfigurations": [{"QueueArn": "arn:aws:sqs:us-east-1:0:q", "Events": ["s3:NoSuchEvent"]}]}
+    with pytest.raises(botocore.exceptions.ClientError):
+        s3.put_bucket_notification_configuration(Bucket="notify-me", NotificationConfiguration=bad)
+    assert s3.get_bucket_notification_configuration(Bucket="notify-me")["QueueConfigurations"][0]["Id"] == "q1"
