@@ -24,8 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from crossbeat.topology import render
+from crossbeat.topology.errors import TopologyError
 from crossbeat.topology.plan import TopicPlan
-from crossbeat.topology.sitemap import SiteMap
+from crossbeat.topology.sitemap import Server, SiteMap
 
 CROSSBEAT_SERVICES = ("gateway", "populator", "pipelines", "metadata", "metadata-standby")
 
@@ -51,26 +52,27 @@ def plan_document(plans: Sequence[TopicPlan]) -> dict[str, Any]:
 
 
 def reassignment_document(assignments: Mapping[str, Mapping[int, Sequence[int]]]) -> str:
-    """kafka-reassign-partitions.sh JSON for {topic: {partition: replicas}}."""
-    partitions = [
-        {
-            "topic": topic,
-            "partition": p,
-            "replicas": list(replicas),
-            "log_dirs": ["any"] * len(replicas),
-        }
+    """kafka-reassign-partitions.sh JSON for {topic: {partition: replicas}}, one partition a line."""
+    rows = [
+        json.dumps({"topic": topic, "partition": p, "replicas": list(replicas)})
         for topic, assignment in assignments.items()
         for p, replicas in sorted(assignment.items())
     ]
-    return json.dumps({"version": 1, "partitions": partitions}, indent=2) + "\n"
+    return '{"version": 1, "partitions": [\n  ' + ",\n  ".join(rows) + "\n]}\n"
+
+
+def admin_server(sitemap: SiteMap, exclude_site: str | None = None) -> Server:
+    """The broker admin commands run on: a majority-site one by preference."""
+    brokers = [b for b in sitemap.brokers() if b.site != exclude_site]
+    if not brokers:
+        raise TopologyError(f"no broker outside site {exclude_site!r}")
+    majority = sitemap.majority_site().name
+    return min(brokers, key=lambda b: (b.site != majority, b.id))
 
 
 def admin_bootstrap(sitemap: SiteMap, exclude_site: str | None = None) -> str:
-    """host:port of the broker admin commands talk to: a majority-site one by preference."""
-    brokers = [b for b in sitemap.brokers() if b.site != exclude_site]
-    majority = sitemap.majority_site().name
-    brokers.sort(key=lambda b: (b.site != majority, b.id))
-    return render.broker_endpoints(brokers[:1], sitemap.cluster.broker_port)
+    """host:port of `admin_server`."""
+    return f"{admin_server(sitemap, exclude_site).host}:{sitemap.cluster.broker_port}"
 
 
 def topics_script(sitemap: SiteMap, plans: Sequence[TopicPlan]) -> str:
@@ -127,7 +129,7 @@ def render_plan(sitemap: SiteMap, plans: Sequence[TopicPlan]) -> dict[str, str]:
     return files
 
 
-def _format_script(sitemap: SiteMap, server: Any, config_path: str) -> str:
+def _format_script(sitemap: SiteMap, server: Server, config_path: str) -> str:
     return "#!/bin/sh\n" + render.kraft_format_command(sitemap, server, config_path) + "\n"
 
 

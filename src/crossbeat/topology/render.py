@@ -130,12 +130,18 @@ def kraft_controller_properties(sitemap: SiteMap, server: Server) -> str:
     return properties(entries, _header(sitemap, server, "KRaft controller"))
 
 
-def kraft_format_command(sitemap: SiteMap, server: Server, config_path: str) -> str:
-    """`kafka-storage.sh format` for one node: voters get the initial controller set."""
+def kraft_format_command(
+    sitemap: SiteMap, server: Server, config_path: str, *, initial_voter: bool | None = None
+) -> str:
+    """`kafka-storage.sh format` for one node: initial voters get the initial controller set.
+
+    `initial_voter` defaults to whether the server runs `quorum`; False formats a node that
+    joins later (an observer, or a voter re-added with add-controller).
+    """
     c = sitemap.cluster
     cluster_id = kafka_uuid(c.name)
     base = f"kafka-storage.sh format --cluster-id {cluster_id} --config {config_path}"
-    if server.runs("quorum"):
+    if server.runs("quorum") if initial_voter is None else initial_voter:
         voters = ",".join(
             f"{s.id}@{s.host}:{c.controller_port}:{kafka_uuid(c.name, s.name, 'metadata')}"
             for s in sitemap.servers
