@@ -1,0 +1,31 @@
+"""Replication errors: each says whether trying again may help."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from crossbeat.errors import CrossbeatError
+
+
+class ReplicationError(CrossbeatError):
+    """A replication step failed. `retryable` errors are retried with backoff (bounded),
+    the others fail the version for that site at once (until `crossbeat replication retry`)."""
+
+    def __init__(self, message: str, *, retryable: bool, status: int | None = None) -> None:
+        super().__init__(message)
+        self.retryable = retryable
+        self.status = status
+
+
+class RevisionMismatch(CrossbeatError):
+    """A compare-and-set lost the race: `current` is the metadata as it is now."""
+
+    def __init__(self, current: dict[str, Any]) -> None:
+        super().__init__("metadata revision changed")
+        self.current = current
+
+
+def http_error(what: str, status: int, body: str) -> ReplicationError:
+    """Classify an HTTP failure: 5xx, 429 and 408 are worth retrying, other 4xx are not."""
+    retryable = status >= 500 or status in (408, 429)
+    return ReplicationError(f"{what}: HTTP {status}: {body[:300]}", retryable=retryable, status=status)

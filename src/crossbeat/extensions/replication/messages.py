@@ -1,0 +1,106 @@
+"""The JSON documents on the replication topics (each has a `kind` and a `schema`).
+
+`crossbeat-replication` (key = URL-encoded bucket/key):
+    {kind: "replication.entry", schema: 1, seq, bucket, key, versionId, isDeleteMarker,
+     sites: [site…], ts}
+`crossbeat-replication-status` (same key):
+    {kind: "replication.status", schema: 1, bucket, key, versionId, site,
+     status: COMPLETED|FAILED, dataStoreVersionId, fingerprint, attempts, error, ts}
+`crossbeat-replication-control` (key = site, one partition):
+    {kind: "replication.control", schema: 1, site, paused: bool, ts}
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import orjson
+
+ENTRY_KIND = "replication.entry"
+STATUS_KIND = "replication.status"
+CONTROL_KIND = "replication.control"
+SCHEMA = 1
+
+
+@dataclass(frozen=True)
+class ReplicationEntry:
+    """A version to replicate to `sites` (the message carries no metadata: the processor
+    re-reads the source, so a redelivered or stale entry acts on the current state)."""
+
+    seq: int
+    bucket: str
+    key: str
+    versionId: str
+    isDeleteMarker: bool
+    sites: tuple[str, ...]
+    ts: str
+
+    def to_json(self) -> dict[str, Any]:
+        doc = asdict(self)
+        doc["sites"] = list(self.sites)
+        return {"kind": ENTRY_KIND, "schema": SCHEMA, **doc}
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> ReplicationEntry:
+        return cls(
+            seq=int(doc.get("seq", 0)),
+            bucket=doc["bucket"],
+            key=doc["key"],
+            versionId=doc["versionId"],
+            isDeleteMarker=bool(doc.get("isDeleteMarker", False)),
+            sites=tuple(doc.get("sites", ())),
+            ts=str(doc.get("ts", "")),
+        )
+
+
+@dataclass(frozen=True)
+class ReplicationOutcome:
+    """The result of replicating one version to one site."""
+
+    bucket: str
+    key: str
+    versionId: str
+    site: str
+    status: str  # COMPLETED | FAILED
+    dataStoreVersionId: str
+    fingerprint: str
+    attempts: int
+    error: str | None
+    ts: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": STATUS_KIND, "schema": SCHEMA, **asdict(self)}
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> ReplicationOutcome:
+        return cls(
+            bucket=doc["bucket"],
+            key=doc["key"],
+            versionId=doc["versionId"],
+            site=doc["site"],
+            status=doc["status"],
+            dataStoreVersionId=str(doc.get("dataStoreVersionId") or ""),
+            fingerprint=str(doc.get("fingerprint") or ""),
+            attempts=int(doc.get("attempts", 1)),
+            error=doc.get("error"),
+            ts=float(doc.get("ts", 0.0)),
+        )
+
+
+def content_fingerprint(md: dict[str, Any]) -> str:
+    """A digest of what replication copies: data identity and the replicated metadata.
+
+    A status outcome for an older fingerprint than the source's current one describes
+    content that has since changed; it must not mark the new content COMPLETED.
+    """
+    doc = {
+        "etag": md.get("etag"),
+        "isDeleteMarker": bool(md.get("isDeleteMarker")),
+        "size": md.get("size"),
+        "contentType": md.get("contentType"),
+        "userMetadata": md.get("userMetadata") or {},
+        "tags": md.get("tags") or {},
+    }
+    return hashlib.sha256(orjson.dumps(doc, option=orjson.OPT_SORT_KEYS)).hexdigest()[:32]

@@ -1,0 +1,77 @@
+"""SigV4 signing of httpx requests to a gateway's internal `/_/crossbeat/` routes.
+
+The internal routes use ordinary S3 SigV4 with the admin credentials. We sign with
+botocore's `SigV4Auth` (service "s3") so the canonicalisation is AWS's own. Only the
+headers the gateway must see unchanged are signed (host, content-type, content-md5 and
+x-amz-*). Callers build URLs already in canonical form (`quote_path`, `quote_query`).: httpx adds transport headers (connection, accept-encoding, user-agent) that are
+not part of the request's meaning.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Generator
+from urllib.parse import quote
+
+import httpx
+from botocore.auth import SigV4Auth
+from botocore.awsrequest import AWSRequest
+from botocore.credentials import Credentials
+
+UNSIGNED_PAYLOAD = "UNSIGNED-PAYLOAD"
+_SIGNED_PLAIN_HEADERS = ("host", "content-type", "content-md5")
+
+
+class _S3PathSigV4Auth(SigV4Auth):
+    """SigV4 with S3's rule for the canonical URI: the path as sent, not re-encoded."""
+
+    def _normalize_url_path(self, path: str) -> str:
+        return path
+
+
+class SigV4HttpxAuth(httpx.Auth):
+    """An httpx auth flow that signs each request with SigV4 for service "s3".
+
+    A request whose body is already in memory is signed over its SHA-256; a streamed body
+    (an iterator) is sent as UNSIGNED-PAYLOAD, which S3 allows, so large objects are never
+    buffered to be hashed.
+    """
+
+    def __init__(self, access_key: str, secret_key: str, region: str = "us-east-1") -> None:
+        self._signer = _S3PathSigV4Auth(Credentials(access_key, secret_key), "s3", region)
+
+    def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
+        self.sign(request)
+        yield request
+
+    def sign(self, request: httpx.Request) -> None:
+        """Add X-Amz-Date, X-Amz-Content-SHA256 and Authorization to `request` in place."""
+        if "x-amz-content-sha256" not in request.headers:
+            if isinstance(request.stream, httpx.ByteStream):
+                body = request.read()
+                request.headers["x-amz-content-sha256"] = hashlib.sha256(body).hexdigest()
+            else:
+                request.headers["x-amz-content-sha256"] = UNSIGNED_PAYLOAD
+        headers = {
+            name: value
+            for name, value in request.headers.items()
+            if name in _SIGNED_PLAIN_HEADERS or name.startswith("x-amz-")
+        }
+        headers.pop("x-amz-date", None)
+        aws = AWSRequest(method=request.method, url=str(request.url), headers=headers)
+        self._signer.add_auth(aws)
+        for name in ("Authorization", "X-Amz-Date"):
+            request.headers[name] = aws.headers[name]
+
+
+def quote_path(*segments: str) -> str:
+    """`/seg1/seg2…` with each segment URI-encoded as SigV4 wants ('/' inside a key kept)."""
+    return "".join("/" + quote(seg, safe="/-_.~") for seg in segments)
+
+
+def quote_query(params: dict[str, str | int | float]) -> str:
+    """A canonical query string: keys sorted, every byte but unreserved ones encoded."""
+    return "&".join(
+        f"{quote(str(k), safe='-_.~')}={quote(str(v), safe='-_.~')}"
+        for k, v in sorted(params.items())
+    )

@@ -1,0 +1,80 @@
+"""Active/standby election between several populators, through a Kafka consumer group.
+
+Every populator joins consumer group `lease_group` on a one-partition topic. The group
+coordinator gives that partition to exactly one member: that member is active and
+publishes; the others stand by, polling, and take over when its session expires or it
+leaves. It works unchanged on the embedded broker and on any Kafka cluster.
+
+The active populator also commits its journal checkpoint as the group's offset on the
+lease partition, so a standby that takes over resumes where the active one stopped (the
+local checkpoint file is per machine). Revocation callbacks run inside `poll()`, which the
+populator calls only between batches, so a populator that loses the lease gracefully never
+publishes again. One whose session expired without knowing it (a network partition) may
+publish one more batch: a duplicate, which the contract allows; never a gap, because the
+new owner starts from the last *committed* checkpoint.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from confluent_kafka import Consumer, TopicPartition
+
+log = logging.getLogger(__name__)
+
+
+class GroupLease:
+    """Holds or waits for the single partition of the lease topic."""
+
+    def __init__(
+        self, brokers: str, group: str, topic: str, *, session_timeout_ms: int = 10_000
+    ) -> None:
+        self.topic = topic
+        self._active = False
+        self._consumer = Consumer(
+            {
+                "bootstrap.servers": brokers,
+                "group.id": group,
+                "enable.auto.commit": False,
+                "auto.offset.reset": "latest",
+                "session.timeout.ms": session_timeout_ms,
+                "heartbeat.interval.ms": max(500, session_timeout_ms // 5),
+                # The populator polls between batches; a batch may take long.
+                "max.poll.interval.ms": 300_000,
+            }
+        )
+        self._consumer.subscribe([topic], on_assign=self._on_assign, on_revoke=self._on_revoke,
+                                 on_lost=self._on_revoke)
+
+    def _on_assign(self, consumer: Any, partitions: list[TopicPartition]) -> None:
+        consumer.assign(partitions)
+        # We never read the lease topic; pausing keeps the consumer from fetching it.
+        consumer.pause(partitions)
+        self._active = any(p.partition == 0 for p in partitions)
+        if self._active:
+            log.info("populator lease acquired")
+
+    def _on_revoke(self, consumer: Any, partitions: list[TopicPartition]) -> None:
+        if self._active:
+            log.info("populator lease lost")
+        self._active = False
+        consumer.unassign()
+
+    def poll(self, timeout: float = 0.0) -> bool:
+        """Serve group callbacks; True while this populator holds the lease."""
+        self._consumer.poll(timeout)
+        return self._active
+
+    def committed_seq(self) -> int:
+        """The journal seq the last active populator committed (0 when none)."""
+        [tp] = self._consumer.committed([TopicPartition(self.topic, 0)], timeout=30)
+        return tp.offset if tp.offset >= 0 else 0
+
+    def commit_seq(self, seq: int) -> None:
+        """Record `seq` as the shared restart point (synchronously)."""
+        self._consumer.commit(offsets=[TopicPartition(self.topic, 0, seq)], asynchronous=False)
+
+    def close(self) -> None:
+        self._active = False
+        self._consumer.close()
