@@ -1,0 +1,87 @@
+"""`Broker`: the state one Kafka-protocol broker serves from — stream store, topic table,
+consumer groups, committed offsets, producer ids and sequences — opened and closed together.
+
+Directory layout under `settings.data_dir`::
+
+    streams/          the stream store (one stream per topic partition)
+    offsets.log       committed offsets (see offsets.py)
+    producer_ids      next free producer id block (see producers.py)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+from crossbeat.broker.groups import SWEEP_INTERVAL, GroupCoordinator
+from crossbeat.broker.offsets import OffsetStore
+from crossbeat.broker.producers import ProducerIdAllocator, ProducerStates
+from crossbeat.broker.settings import BrokerSettings
+from crossbeat.broker.topics import Topics
+from crossbeat.stream import StreamStore
+
+log = logging.getLogger(__name__)
+
+
+class Broker:
+    """Everything request handlers need, plus the advertised address (set once bound)."""
+
+    def __init__(self, settings: BrokerSettings, store: StreamStore, offsets: OffsetStore) -> None:
+        self.settings = settings
+        self.store = store
+        self.offsets = offsets
+        self.topics = Topics(store)
+        self.groups = GroupCoordinator(
+            min_session_ms=settings.group_min_session_timeout_ms,
+            max_session_ms=settings.group_max_session_timeout_ms,
+            initial_rebalance_delay_ms=settings.group_initial_rebalance_delay_ms,
+        )
+        self.producers = ProducerStates()
+        self.producer_ids = ProducerIdAllocator(settings.data_dir)
+        self.node_id = settings.node_id
+        self.host = "127.0.0.1"
+        self.port = 9092
+        self._sweeper: asyncio.Task[None] | None = None
+
+    @classmethod
+    async def open(cls, settings: BrokerSettings) -> Broker:
+        """Open (recovering) the store and offsets under `settings.data_dir`."""
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        store = await StreamStore.open(settings.data_dir / "streams", settings.stream)
+        try:
+            offsets = await OffsetStore.open(settings.data_dir, settings.offsets_compact_after)
+        except BaseException:
+            await store.close()
+            raise
+        broker = cls(settings, store, offsets)
+        broker._sweeper = asyncio.create_task(broker._sweep_loop(), name="group-sweeper")
+        return broker
+
+    async def _sweep_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        retention_interval = self.settings.retention_check_interval_ms / 1000
+        next_retention = loop.time() + retention_interval
+        while True:
+            await asyncio.sleep(SWEEP_INTERVAL)
+            try:
+                self.groups.sweep()
+            except Exception:  # the sweeper must survive a bug in one group
+                log.exception("group sweep failed")
+            if loop.time() >= next_retention:
+                next_retention = loop.time() + retention_interval
+                try:
+                    await self.store.enforce_retention()
+                except Exception:
+                    log.exception("retention enforcement failed")
+
+    async def close(self) -> None:
+        """Answer waiting group requests, then flush and close offsets and streams."""
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sweeper
+            self._sweeper = None
+        self.groups.close()
+        await self.offsets.close()
+        await self.store.close()

@@ -1,0 +1,422 @@
+"""The classic consumer-group coordinator (JoinGroup, SyncGroup, Heartbeat, LeaveGroup).
+
+States, as in Kafka's GroupCoordinator::
+
+    Empty ──join──▶ PreparingRebalance ──all joined / timeout──▶ CompletingRebalance
+      ▲                   ▲      ▲                                      │ leader's SyncGroup
+      │                   │      └──────── join / leave / expiry ───────┤
+      └── last member ────┴───────────── join / leave / expiry ── Stable ◀┘
+
+- JoinGroup is a long poll: it returns when every known member has (re)joined or the
+  largest rebalance timeout passes (members that did not rejoin are removed). Each
+  completed join bumps the generation; the leader (first member) receives all members'
+  metadata, chooses assignments, and sends them in its SyncGroup.
+- SyncGroup from followers is a long poll until the leader's SyncGroup arrives.
+- JoinGroup v4+ with an empty member id is answered MEMBER_ID_REQUIRED with a fresh id,
+  which the client must rejoin with (before its session timeout).
+- Heartbeat, SyncGroup and OffsetCommit are fenced by generation (ILLEGAL_GENERATION) and
+  membership (UNKNOWN_MEMBER_ID); during a rebalance they get REBALANCE_IN_PROGRESS.
+- A member that sends nothing for its session timeout is removed (a rebalance follows);
+  members waiting in JoinGroup or SyncGroup are alive by definition.
+Deadlines are enforced by `sweep`, which the broker calls every `SWEEP_INTERVAL` seconds.
+All methods run on the event loop and change state without awaiting in between.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from crossbeat.broker.errors import ErrorCode
+
+log = logging.getLogger(__name__)
+
+SWEEP_INTERVAL = 0.1
+
+
+class GroupState(enum.Enum):
+    EMPTY = "Empty"
+    PREPARING_REBALANCE = "PreparingRebalance"
+    COMPLETING_REBALANCE = "CompletingRebalance"
+    STABLE = "Stable"
+    DEAD = "Dead"
+
+
+@dataclass
+class JoinResult:
+    """The JoinGroup answer for one member."""
+
+    error: ErrorCode
+    member_id: str = ""
+    generation_id: int = -1
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    leader: str = ""
+    members: list[tuple[str, str | None, bytes]] = field(default_factory=list)
+
+
+@dataclass
+class SyncResult:
+    error: ErrorCode
+    assignment: bytes = b""
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+
+
+@dataclass
+class Member:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    session_timeout: float  # seconds
+    rebalance_timeout: float  # seconds
+    protocol_type: str
+    protocols: list[tuple[str, bytes]]
+    last_seen: float
+    assignment: bytes = b""
+    join_waiter: asyncio.Future[JoinResult] | None = None
+    sync_waiter: asyncio.Future[SyncResult] | None = None
+
+    def metadata_for(self, protocol: str) -> bytes:
+        return next((m for name, m in self.protocols if name == protocol), b"")
+
+    @property
+    def awaiting_join(self) -> bool:
+        return self.join_waiter is not None and not self.join_waiter.done()
+
+    @property
+    def awaiting_sync(self) -> bool:
+        return self.sync_waiter is not None and not self.sync_waiter.done()
+
+
+@dataclass
+class Group:
+    group_id: str
+    state: GroupState = GroupState.EMPTY
+    generation: int = 0
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    leader_id: str | None = None
+    members: dict[str, Member] = field(default_factory=dict)
+    pending: dict[str, float] = field(default_factory=dict)  # member id -> deadline
+    join_deadline: float | None = None  # PreparingRebalance: give up waiting at
+    join_not_before: float = 0.0  # initial rebalance delay of an empty group
+    sync_deadline: float | None = None  # CompletingRebalance: leader must sync by
+
+
+class GroupCoordinator:
+    """All consumer groups of this broker (it is the coordinator of every group)."""
+
+    def __init__(self, *, min_session_ms: int = 1000, max_session_ms: int = 1800000,
+                 initial_rebalance_delay_ms: int = 0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._min_session = min_session_ms
+        self._max_session = max_session_ms
+        self._initial_delay = initial_rebalance_delay_ms / 1000
+        self._clock = clock
+        self.groups: dict[str, Group] = {}
+
+    # -- JoinGroup ---------------------------------------------------------------------------
+    async def join(self, group_id: str, member_id: str, group_instance_id: str | None,
+                   client_id: str, client_host: str, session_timeout_ms: int,
+                   rebalance_timeout_ms: int, protocol_type: str,
+                   protocols: list[tuple[str, bytes]], require_known_member: bool) -> JoinResult:
+        """Handle one JoinGroup; waits until the rebalance completes (or fails fast)."""
+        if not group_id:
+            return JoinResult(ErrorCode.INVALID_GROUP_ID, member_id)
+        if not self._min_session <= session_timeout_ms <= self._max_session:
+            return JoinResult(ErrorCode.INVALID_SESSION_TIMEOUT, member_id)
+        if rebalance_timeout_ms < 0:
+            rebalance_timeout_ms = session_timeout_ms  # v0 has no rebalance timeout
+        group = self.groups.get(group_id)
+        if group is None:
+            group = self.groups[group_id] = Group(group_id)
+        if not protocols or not protocol_type or not self._compatible(group, protocol_type, protocols, member_id):
+            return JoinResult(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, member_id)
+        now = self._clock()
+
+        if member_id == "" and group_instance_id is not None:
+            # static member (KIP-345) rejoining under a new id: replace its old incarnation
+            for old in list(group.members.values()):
+                if old.group_instance_id == group_instance_id:
+                    self._remove_member(group, old, ErrorCode.UNKNOWN_MEMBER_ID, "replaced")
+        elif member_id == "" and require_known_member:
+            new_id = f"{client_id}-{uuid.uuid4()}"
+            group.pending[new_id] = now + session_timeout_ms / 1000
+            return JoinResult(ErrorCode.MEMBER_ID_REQUIRED, new_id)
+        if member_id == "":
+            member_id = f"{group_instance_id or client_id}-{uuid.uuid4()}"
+        elif member_id in group.pending:
+            del group.pending[member_id]
+        elif member_id not in group.members:
+            return JoinResult(ErrorCode.UNKNOWN_MEMBER_ID, member_id)
+
+        member = group.members.get(member_id)
+        if member is None:
+            member = Member(member_id, group_instance_id, client_id, client_host,
+                            session_timeout_ms / 1000, rebalance_timeout_ms / 1000,
+                            protocol_type, protocols, now)
+            group.members[member_id] = member
+        else:
+            member.last_seen = now
+            unchanged = member.protocols == protocols
+            if unchanged and group.state is GroupState.STABLE and member_id != group.leader_id:
+                return self._join_result(group, member)
+            if unchanged and group.state is GroupState.COMPLETING_REBALANCE:
+                return self._join_result(group, member)
+            member.protocols = protocols
+            member.session_timeout = session_timeout_ms / 1000
+            member.rebalance_timeout = rebalance_timeout_ms / 1000
+            if member.awaiting_join:
+                assert member.join_waiter is not None
+                member.join_waiter.set_result(JoinResult(ErrorCode.UNKNOWN_MEMBER_ID, member_id))
+        waiter: asyncio.Future[JoinResult] = asyncio.get_running_loop().create_future()
+        member.join_waiter = waiter
+        if group.state is not GroupState.PREPARING_REBALANCE:
+            self._prepare_rebalance(group, f"member {member_id} joined")
+        self._maybe_complete_join(group)
+        return await waiter
+
+    def _compatible(self, group: Group, protocol_type: str, protocols: list[tuple[str, bytes]],
+                    member_id: str) -> bool:
+        others = [m for mid, m in group.members.items() if mid != member_id]
+        if not others:
+            return True
+        if group.protocol_type is not None and protocol_type != group.protocol_type:
+            return False
+        common = {name for name, _ in protocols}
+        for m in others:
+            common &= {name for name, _ in m.protocols}
+        return bool(common)
+
+    def _join_result(self, group: Group, member: Member) -> JoinResult:
+        members = []
+        if member.member_id == group.leader_id:
+            members = [(m.member_id, m.group_instance_id, m.metadata_for(group.protocol_name or ""))
+                       for m in group.members.values()]
+        return JoinResult(ErrorCode.NONE, member.member_id, group.generation, group.protocol_type,
+                          group.protocol_name, group.leader_id or "", members)
+
+    def _prepare_rebalance(self, group: Group, reason: str) -> None:
+        now = self._clock()
+        if group.state is GroupState.COMPLETING_REBALANCE:
+            for m in group.members.values():
+                if m.awaiting_sync:
+                    assert m.sync_waiter is not None
+                    m.sync_waiter.set_result(SyncResult(ErrorCode.REBALANCE_IN_PROGRESS))
+        timeout = max((m.rebalance_timeout for m in group.members.values()), default=0.0)
+        if group.state is GroupState.EMPTY and self._initial_delay > 0:
+            group.join_not_before = now + min(self._initial_delay, timeout)
+        group.state = GroupState.PREPARING_REBALANCE
+        group.join_deadline = now + timeout
+        group.sync_deadline = None
+        log.info("group %s: rebalancing (generation %d): %s", group.group_id, group.generation, reason)
+
+    def _maybe_complete_join(self, group: Group) -> None:
+        if group.state is not GroupState.PREPARING_REBALANCE:
+            return
+        if self._clock() < group.join_not_before:
+            return
+        if group.pending or not all(m.awaiting_join for m in group.members.values()):
+            return
+        self._complete_join(group)
+
+    def _complete_join(self, group: Group) -> None:
+        for m in list(group.members.values()):
+            if not m.awaiting_join:
+                self._remove_member(group, m, None, "did not rejoin in time")
+        group.join_deadline = None
+        group.generation += 1
+        if not group.members:
+            group.state = GroupState.EMPTY
+            group.protocol_type = group.protocol_name = group.leader_id = None
+            log.info("group %s: empty at generation %d", group.group_id, group.generation)
+            return
+        members = list(group.members.values())
+        group.protocol_type = members[0].protocol_type
+        group.protocol_name = self._select_protocol(members)
+        if group.leader_id not in group.members:
+            group.leader_id = members[0].member_id
+        group.state = GroupState.COMPLETING_REBALANCE
+        now = self._clock()
+        group.sync_deadline = now + max(m.rebalance_timeout for m in members)
+        for m in members:
+            m.last_seen = now
+            m.assignment = b""
+            result = self._join_result(group, m)
+            assert m.join_waiter is not None
+            m.join_waiter.set_result(result)
+        log.info("group %s: generation %d with %d member(s), leader %s, protocol %s",
+                 group.group_id, group.generation, len(members), group.leader_id,
+                 group.protocol_name)
+
+    @staticmethod
+    def _select_protocol(members: list[Member]) -> str:
+        common = [name for name, _ in members[0].protocols]
+        for m in members[1:]:
+            names = {name for name, _ in m.protocols}
+            common = [n for n in common if n in names]
+        votes = {name: 0 for name in common}
+        for m in members:
+            for name, _ in m.protocols:
+                if name in votes:
+                    votes[name] += 1
+                    break
+        return max(common, key=lambda n: votes[n])  # ties: first in the first member's order
+
+    # -- SyncGroup ---------------------------------------------------------------------------
+    async def sync(self, group_id: str, generation_id: int, member_id: str,
+                   assignments: dict[str, bytes]) -> SyncResult:
+        group = self.groups.get(group_id)
+        member = group.members.get(member_id) if group else None
+        if group is None or member is None:
+            return SyncResult(ErrorCode.UNKNOWN_MEMBER_ID)
+        if generation_id != group.generation:
+            return SyncResult(ErrorCode.ILLEGAL_GENERATION)
+        member.last_seen = self._clock()
+        if group.state is GroupState.PREPARING_REBALANCE:
+            return SyncResult(ErrorCode.REBALANCE_IN_PROGRESS)
+        if group.state is GroupState.STABLE:
+            return SyncResult(ErrorCode.NONE, member.assignment, group.protocol_type,
+                              group.protocol_name)
+        if group.state is not GroupState.COMPLETING_REBALANCE:
+            return SyncResult(ErrorCode.UNKNOWN_MEMBER_ID)
+        if member_id == group.leader_id:
+            for mid, m in group.members.items():
+                m.assignment = assignments.get(mid, b"")
+            group.state = GroupState.STABLE
+            group.sync_deadline = None
+            for m in group.members.values():
+                if m.awaiting_sync:
+                    assert m.sync_waiter is not None
+                    m.sync_waiter.set_result(SyncResult(ErrorCode.NONE, m.assignment,
+                                                        group.protocol_type, group.protocol_name))
+            log.info("group %s: stable at generation %d", group_id, group.generation)
+            return SyncResult(ErrorCode.NONE, member.assignment, group.protocol_type,
+                              group.protocol_name)
+        if member.awaiting_sync:
+            assert member.sync_waiter is not None
+            member.sync_waiter.set_result(SyncResult(ErrorCode.REBALANCE_IN_PROGRESS))
+        waiter: asyncio.Future[SyncResult] = asyncio.get_running_loop().create_future()
+        member.sync_waiter = waiter
+        return await waiter
+
+    # -- Heartbeat, LeaveGroup, commit fencing -------------------------------------------
+    def heartbeat(self, group_id: str, generation_id: int, member_id: str) -> ErrorCode:
+        group = self.groups.get(group_id)
+        member = group.members.get(member_id) if group else None
+        if group is None or member is None:
+            return ErrorCode.UNKNOWN_MEMBER_ID
+        member.last_seen = self._clock()
+        if generation_id != group.generation:
+            return ErrorCode.ILLEGAL_GENERATION
+        if group.state is GroupState.PREPARING_REBALANCE:
+            return ErrorCode.REBALANCE_IN_PROGRESS
+        return ErrorCode.NONE
+
+    def leave(self, group_id: str, member_id: str) -> ErrorCode:
+        group = self.groups.get(group_id)
+        member = group.members.get(member_id) if group else None
+        if group is None or member is None:
+            if group is not None and member_id in group.pending:
+                del group.pending[member_id]
+                self._maybe_complete_join(group)
+                return ErrorCode.NONE
+            return ErrorCode.UNKNOWN_MEMBER_ID
+        self._remove_member(group, member, ErrorCode.UNKNOWN_MEMBER_ID, "left the group")
+        self._after_removal(group, f"member {member_id} left")
+        return ErrorCode.NONE
+
+    def leave_instance(self, group_id: str, group_instance_id: str) -> tuple[ErrorCode, str]:
+        """LeaveGroup v3+ by static instance id; returns (error, member id)."""
+        group = self.groups.get(group_id)
+        for m in list(group.members.values()) if group else []:
+            if m.group_instance_id == group_instance_id:
+                return self.leave(group_id, m.member_id), m.member_id
+        return ErrorCode.UNKNOWN_MEMBER_ID, ""
+
+    def check_commit(self, group_id: str, generation_id: int, member_id: str) -> ErrorCode:
+        """May this OffsetCommit be applied? generation -1 with no member id is a simple
+        (standalone) commit, allowed while the group has no members."""
+        group = self.groups.get(group_id)
+        if generation_id < 0 and not member_id:
+            if group is None or not group.members:
+                return ErrorCode.NONE
+            return ErrorCode.UNKNOWN_MEMBER_ID
+        member = group.members.get(member_id) if group else None
+        if group is None or member is None:
+            return ErrorCode.UNKNOWN_MEMBER_ID
+        member.last_seen = self._clock()
+        if generation_id != group.generation:
+            return ErrorCode.ILLEGAL_GENERATION
+        if group.state is GroupState.PREPARING_REBALANCE:
+            return ErrorCode.REBALANCE_IN_PROGRESS
+        return ErrorCode.NONE
+
+    def _remove_member(self, group: Group, member: Member, error: ErrorCode | None,
+                       why: str) -> None:
+        group.members.pop(member.member_id, None)
+        if member.awaiting_join and member.join_waiter is not None:
+            member.join_waiter.set_result(JoinResult(error or ErrorCode.UNKNOWN_MEMBER_ID,
+                                                     member.member_id))
+        if member.awaiting_sync and member.sync_waiter is not None:
+            member.sync_waiter.set_result(SyncResult(error or ErrorCode.UNKNOWN_MEMBER_ID))
+        if group.leader_id == member.member_id:
+            group.leader_id = None
+        log.info("group %s: removed member %s (%s)", group.group_id, member.member_id, why)
+
+    def _after_removal(self, group: Group, reason: str) -> None:
+        if group.state in (GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
+            if group.members:
+                self._prepare_rebalance(group, reason)
+            else:
+                group.state = GroupState.PREPARING_REBALANCE
+                self._complete_join(group)
+        elif group.state is GroupState.PREPARING_REBALANCE:
+            if not group.members and not group.pending:
+                self._complete_join(group)
+            else:
+                self._maybe_complete_join(group)
+
+    # -- time ------------------------------------------------------------------------------
+    def sweep(self) -> None:
+        """Expire sessions, pending member ids, and rebalance/sync deadlines."""
+        now = self._clock()
+        for group in list(self.groups.values()):
+            for mid, deadline in list(group.pending.items()):
+                if now >= deadline:
+                    del group.pending[mid]
+            expired = [m for m in group.members.values()
+                       if not m.awaiting_join and not m.awaiting_sync
+                       and now - m.last_seen > m.session_timeout]
+            for m in expired:
+                self._remove_member(group, m, None, "session timeout")
+            if expired:
+                self._after_removal(group, "session timeout")
+            if group.state is GroupState.PREPARING_REBALANCE:
+                if group.join_deadline is not None and now >= group.join_deadline:
+                    self._complete_join(group)
+                else:
+                    self._maybe_complete_join(group)
+            elif (group.state is GroupState.COMPLETING_REBALANCE
+                  and group.sync_deadline is not None and now >= group.sync_deadline):
+                for m in list(group.members.values()):
+                    if not m.awaiting_sync:
+                        self._remove_member(group, m, None, "did not sync in time")
+                self._after_removal(group, "leader did not sync in time")
+
+    def close(self) -> None:
+        """Answer every waiting JoinGroup/SyncGroup (the broker is shutting down)."""
+        for group in self.groups.values():
+            for m in group.members.values():
+                if m.awaiting_join and m.join_waiter is not None:
+                    m.join_waiter.set_result(JoinResult(ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                                                        m.member_id))
+                if m.awaiting_sync and m.sync_waiter is not None:
+                    m.sync_waiter.set_result(SyncResult(ErrorCode.COORDINATOR_NOT_AVAILABLE))

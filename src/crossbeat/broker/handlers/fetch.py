@@ -1,0 +1,87 @@
+"""Fetch (1): long poll across partitions until `min_bytes` are available or `max_wait_ms`
+passes; stored batches are returned verbatim.
+
+Sizes follow KIP-74: each partition gets at most `partition_max_bytes` and the response
+at most `max_bytes`, except that the first batch of the first partition with data is
+always returned whole (else a consumer could never get past a large batch). Only durable
+batches are served (the high watermark is the store's `end_offset`), so
+last_stable_offset = high watermark, aborted_transactions is null (no transactions),
+there are no fetch sessions (session id 0) and no follower reads (preferred replica -1).
+An unknown partition or an offset outside [log start, high watermark] answers at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any
+
+from kafka.protocol.consumer import FetchResponse
+
+from crossbeat.broker.errors import ErrorCode
+from crossbeat.broker.handlers.context import Context
+from crossbeat.stream import Stream
+from crossbeat.stream.errors import OffsetOutOfRange, StreamError
+
+_Topic = FetchResponse.FetchableTopicResponse
+_Partition = _Topic.PartitionData
+
+
+
+def _collect(ctx: Context, req: Any) -> tuple[list[Any], int, bool, list[tuple[Stream, int]]]:
+    """One pass over the requested partitions: (topic responses, bytes, any error, waitables)."""
+    topics = ctx.broker.topics
+    budget = req.max_bytes if ctx.version >= 3 else 2**31 - 1
+    used = 0
+    errors = False
+    waitables: list[tuple[Stream, int]] = []
+    out = []
+    for t in req.topics:
+        parts = []
+        for p in t.partitions:
+            stream = topics.partition(t.topic, p.partition)
+            code, hw, start, records = ErrorCode.NONE, -1, -1, b""
+            if stream is None:
+                code, errors = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, True
+            else:
+                hw, start = stream.end_offset, stream.start_offset
+                limit = min(p.partition_max_bytes, budget - used)
+                try:
+                    if limit > 0 or used == 0:
+                        chunks = stream.read(p.fetch_offset, max(limit, 1))
+                        size = sum(len(c) for c in chunks)
+                        if chunks and (used == 0 or size <= limit):
+                            records = b"".join(chunks)
+                            used += size
+                    waitables.append((stream, hw))
+                except OffsetOutOfRange:
+                    code, errors = ErrorCode.OFFSET_OUT_OF_RANGE, True
+                except StreamError:
+                    code, errors = ErrorCode.KAFKA_STORAGE_ERROR, True
+            parts.append(_Partition(
+                partition_index=p.partition, error_code=int(code), high_watermark=hw,
+                last_stable_offset=hw, log_start_offset=start, aborted_transactions=None,
+                preferred_read_replica=-1, records=records,
+            ))
+        out.append(_Topic(topic=t.topic, partitions=parts))
+    return out, used, errors, waitables
+
+
+async def handle(ctx: Context, req: Any) -> Any:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + max(req.max_wait_ms, 0) / 1000
+    while True:
+        responses, used, errors, waitables = _collect(ctx, req)
+        remaining = deadline - loop.time()
+        if used >= max(req.min_bytes, 1) or errors or remaining <= 0 or not waitables:
+            break
+        waiters = [asyncio.ensure_future(s.wait_for(offset, remaining)) for s, offset in waitables]
+        try:
+            await asyncio.wait(waiters, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for w in waiters:
+                w.cancel()
+            for w in waiters:
+                with contextlib.suppress(BaseException):
+                    await w
+    return FetchResponse(throttle_time_ms=0, error_code=0, session_id=0, responses=responses)

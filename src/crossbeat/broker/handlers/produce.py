@@ -1,0 +1,142 @@
+"""Produce (0): validate each partition's RecordBatch, check idempotent-producer
+sequences, append, and answer once durable.
+
+Acknowledgement: with acks=1 or acks=all (-1) the response is sent only after the stream
+store's `append(durable=True)` returned, i.e. the batch and everything before it in its
+partition is fsynced (concurrent appends share fsyncs: group commit). On this single node
+1 and all mean the same. acks=0 gets no response at all; its batches become durable in the
+next group-commit round.
+
+A batch that fails validation (not exactly one RecordBatch v2, bad lengths, bad CRC-32C,
+record count vs offset delta) is answered CORRUPT_MESSAGE for its partition and nothing of
+it is written; other partitions of the same request are unaffected.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import struct
+import time
+from typing import Any
+
+from crc32c import crc32c
+from kafka.protocol.producer import ProduceResponse
+
+from crossbeat.broker.errors import ErrorCode
+from crossbeat.broker.handlers.context import Context
+from crossbeat.broker.producers import Verdict
+from crossbeat.stream.batch import CRC_START, validate_batch
+from crossbeat.stream.errors import CorruptBatch, StreamError, StreamNotFound
+
+log = logging.getLogger(__name__)
+
+_Topic = ProduceResponse.TopicProduceResponse
+_Partition = _Topic.PartitionProduceResponse
+
+_LOG_APPEND_TIME = 0x08
+_MAX_COMPRESSION = 4  # zstd
+
+# (error code, base offset, log append time, log start offset, error message)
+Outcome = tuple[int, int, int, int, str | None]
+
+
+def _fail(code: int, message: str | None = None) -> Outcome:
+    return (code, -1, -1, -1, message)
+
+
+def _set_log_append_time(buf: bytearray, now_ms: int) -> None:
+    """Mark the batch LogAppendTime with maxTimestamp = now and recompute its CRC."""
+    (attributes,) = struct.unpack_from(">h", buf, 21)
+    struct.pack_into(">h", buf, 21, attributes | _LOG_APPEND_TIME)
+    struct.pack_into(">q", buf, 35, now_ms)
+    struct.pack_into(">I", buf, 17, crc32c(memoryview(buf)[CRC_START:]))
+
+
+async def produce_one(ctx: Context, topic_name: str, index: int, records: Any,
+                      acks: int) -> Outcome:
+    """Validate and append one partition's batch; never raises for bad input."""
+    broker = ctx.broker
+    topic = broker.topics.get(topic_name)
+    if topic is None or not 0 <= index < len(topic.partitions):
+        return _fail(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+    stream = topic.partitions[index]
+    if records is None:
+        return _fail(ErrorCode.CORRUPT_MESSAGE, "no records")
+    try:
+        header = validate_batch(records)
+    except CorruptBatch as exc:
+        log.warning("produce to %s-%d from %s: corrupt batch rejected: %s",
+                    topic_name, index, ctx.client_host, exc)
+        return _fail(ErrorCode.CORRUPT_MESSAGE, str(exc))
+    limit = int(topic.configs.get("max.message.bytes", broker.settings.max_message_bytes))
+    if len(records) > limit:
+        return _fail(ErrorCode.MESSAGE_TOO_LARGE, f"batch of {len(records)} bytes > {limit}")
+    if header.is_transactional or header.is_control:
+        return _fail(ErrorCode.INVALID_RECORD, "transactional and control batches are not supported")
+    if header.compression > _MAX_COMPRESSION:
+        return _fail(ErrorCode.CORRUPT_MESSAGE, f"unknown compression codec {header.compression}")
+
+    verdict: Verdict = broker.producers.check(stream, header)
+    if verdict.error:
+        return _fail(verdict.error)
+    if verdict.duplicate_of is not None:
+        try:
+            offset = (verdict.duplicate_of if isinstance(verdict.duplicate_of, int)
+                      else await asyncio.shield(verdict.duplicate_of))
+        except CorruptBatch:
+            return _fail(ErrorCode.CORRUPT_MESSAGE)
+        except StreamError:
+            return _fail(ErrorCode.KAFKA_STORAGE_ERROR)
+        return (ErrorCode.NONE, offset, -1, stream.start_offset, None)
+
+    buf = bytearray(records)
+    append_time = -1
+    if topic.log_append_time:
+        append_time = int(time.time() * 1000)
+        _set_log_append_time(buf, append_time)
+    try:
+        base = await stream.append(buf, durable=acks != 0)
+    except CorruptBatch as exc:
+        broker.producers.failed(stream, header, verdict, exc)
+        return _fail(ErrorCode.CORRUPT_MESSAGE, str(exc))
+    except StreamNotFound as exc:
+        broker.producers.failed(stream, header, verdict, exc)
+        return _fail(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+    except StreamError as exc:
+        broker.producers.failed(stream, header, verdict, exc)
+        log.error("produce to %s-%d failed: %s", topic_name, index, exc)
+        return _fail(ErrorCode.KAFKA_STORAGE_ERROR, str(exc))
+    broker.producers.appended(verdict, base)
+    return (ErrorCode.NONE, base, append_time, stream.start_offset, None)
+
+
+async def handle(ctx: Context, req: Any) -> Any:
+    acks = req.acks
+    jobs: list[tuple[str, int]] = []
+    outcomes: list[Outcome]
+    if req.transactional_id is not None or acks not in (0, 1, -1):
+        refusal = (ErrorCode.INVALID_REQUIRED_ACKS if acks not in (0, 1, -1)
+                   else ErrorCode.INVALID_REQUEST)
+        jobs = [(t.name, p.index) for t in req.topic_data for p in t.partition_data]
+        outcomes = [_fail(refusal) for _ in jobs]
+    else:
+        coros = []
+        for t in req.topic_data:
+            for p in t.partition_data:
+                jobs.append((t.name, p.index))
+                coros.append(produce_one(ctx, t.name, p.index, p.records, acks))
+        # one partition: no task at all; several: gather starts them in creation order,
+        # so appends are queued in request order
+        outcomes = [await coros[0]] if len(coros) == 1 else list(await asyncio.gather(*coros))
+    if acks == 0:
+        return None
+    by_topic: dict[str, list[Any]] = {}
+    for (name, index), (code, base, append_time, log_start, message) in zip(jobs, outcomes, strict=True):
+        by_topic.setdefault(name, []).append(_Partition(
+            index=index, error_code=int(code), base_offset=base, log_append_time_ms=append_time,
+            log_start_offset=log_start, record_errors=[], error_message=message))
+    return ProduceResponse(
+        responses=[_Topic(name=name, partition_responses=parts) for name, parts in by_topic.items()],
+        throttle_time_ms=0,
+    )

@@ -1,0 +1,189 @@
+"""Idempotent producers: producer ids, and sequence checks per (producer id, partition).
+
+Kafka's rules (KIP-98), which clients rely on:
+
+- A producer id comes from InitProducerId; ids are never handed out twice, even across
+  restarts (`ProducerIdAllocator` reserves blocks in an fsynced file).
+- Per partition the broker remembers, for each producer id, its epoch and the sequence
+  ranges and base offsets of its last 5 batches (clients keep at most 5 in flight).
+- A batch repeating one of those 5 is a retry of something already written: it is not
+  written again and is answered with the ORIGINAL base offset and no error — exactly what
+  Kafka answers. A repeat older than the remembered window gets DUPLICATE_SEQUENCE_NUMBER.
+- Otherwise the batch must continue the sequence (last + 1, wrapping at 2^31) or be
+  OUT_OF_ORDER_SEQUENCE_NUMBER; an older epoch is INVALID_PRODUCER_EPOCH; a newer epoch must
+  start at sequence 0; an unknown producer id starting past 0 is UNKNOWN_PRODUCER_ID.
+
+State is rebuilt lazily after a restart, per partition, from the stored batch headers
+(`Stream.batch_headers_tail`), the first time that partition sees a produce request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from crossbeat.broker.errors import ErrorCode
+from crossbeat.stream import BatchHeader, Stream
+
+IN_FLIGHT = 5
+REBUILD_BATCHES = 256  # headers read back per partition after a restart
+_SEQ_MOD = 2**31
+ID_BLOCK = 1000
+
+
+@dataclass
+class _Batch:
+    first_seq: int
+    last_seq: int
+    offset: int | asyncio.Future[int]
+
+
+@dataclass
+class _ProducerEntry:
+    epoch: int
+    batches: deque[_Batch] = field(default_factory=lambda: deque(maxlen=IN_FLIGHT))
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What to do with one batch: append it, answer from a previous append, or refuse."""
+
+    error: ErrorCode = ErrorCode.NONE
+    duplicate_of: int | asyncio.Future[int] | None = None
+    pending: _Batch | None = None  # set when the batch is to be appended
+
+
+ACCEPT_PLAIN = Verdict()
+
+
+def _last_seq(header: BatchHeader) -> int:
+    return (header.base_sequence + header.last_offset_delta) % _SEQ_MOD
+
+
+class ProducerStates:
+    """Sequence bookkeeping of every idempotent producer on every partition."""
+
+    def __init__(self) -> None:
+        self._partitions: dict[str, dict[int, _ProducerEntry]] = {}
+
+    def _partition(self, stream: Stream) -> dict[int, _ProducerEntry]:
+        state = self._partitions.get(stream.name)
+        if state is None:
+            state = {}
+            for header in stream.batch_headers_tail(REBUILD_BATCHES):
+                if header.producer_id < 0 or header.base_sequence < 0:
+                    continue
+                entry = state.get(header.producer_id)
+                if entry is None or header.producer_epoch > entry.epoch:
+                    entry = state[header.producer_id] = _ProducerEntry(header.producer_epoch)
+                elif header.producer_epoch < entry.epoch:
+                    continue
+                entry.batches.append(
+                    _Batch(header.base_sequence, _last_seq(header), header.base_offset)
+                )
+            self._partitions[stream.name] = state
+        return state
+
+    def forget(self, stream_name: str) -> None:
+        """Drop a partition's state (its topic was deleted)."""
+        self._partitions.pop(stream_name, None)
+
+    def check(self, stream: Stream, header: BatchHeader) -> Verdict:
+        """Decide about a validated batch. On acceptance the batch is recorded as pending:
+        the caller must call `appended` or `failed` with the verdict once the append ends."""
+        if header.producer_id < 0:
+            return ACCEPT_PLAIN
+        state = self._partition(stream)
+        pid, epoch, first = header.producer_id, header.producer_epoch, header.base_sequence
+        last = _last_seq(header)
+        entry = state.get(pid)
+        if entry is not None and epoch < entry.epoch:
+            return Verdict(ErrorCode.INVALID_PRODUCER_EPOCH)
+        if entry is None or epoch > entry.epoch or not entry.batches:
+            if first != 0:
+                code = (ErrorCode.UNKNOWN_PRODUCER_ID if entry is None
+                        else ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER)
+                return Verdict(code)
+            entry = state[pid] = _ProducerEntry(epoch)
+        else:
+            for batch in entry.batches:
+                if batch.first_seq == first and batch.last_seq == last:
+                    return Verdict(duplicate_of=batch.offset)
+            expected = (entry.batches[-1].last_seq + 1) % _SEQ_MOD
+            if first != expected:
+                oldest = entry.batches[0].first_seq
+                behind = (oldest - first) % _SEQ_MOD
+                if 0 < behind < _SEQ_MOD // 2:
+                    return Verdict(ErrorCode.DUPLICATE_SEQUENCE_NUMBER)
+                return Verdict(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER)
+        pending = _Batch(first, last, asyncio.get_running_loop().create_future())
+        entry.batches.append(pending)
+        return Verdict(pending=pending)
+
+    @staticmethod
+    def appended(verdict: Verdict, base_offset: int) -> None:
+        batch = verdict.pending
+        if batch is not None:
+            fut = batch.offset
+            batch.offset = base_offset
+            if isinstance(fut, asyncio.Future) and not fut.done():
+                fut.set_result(base_offset)
+
+    def failed(self, stream: Stream, header: BatchHeader, verdict: Verdict, exc: BaseException) -> None:
+        """The append failed: forget the pending batch so the client's retry is accepted."""
+        batch = verdict.pending
+        if batch is None:
+            return
+        entry = self._partitions.get(stream.name, {}).get(header.producer_id)
+        if entry is not None:
+            with contextlib.suppress(ValueError):
+                entry.batches.remove(batch)
+        fut = batch.offset
+        if isinstance(fut, asyncio.Future) and not fut.done():
+            fut.set_exception(exc)
+            fut.exception()  # mark retrieved: nobody may be waiting on it
+
+
+class ProducerIdAllocator:
+    """Hands out producer ids that are unique forever: blocks of `ID_BLOCK` are reserved
+    by fsyncing the next free id to `producer_ids` before any id of the block is used."""
+
+    def __init__(self, directory: Path) -> None:
+        self._path = directory / "producer_ids"
+        self._next = 0
+        self._limit = 0
+        self._lock = asyncio.Lock()
+
+    def _reserve(self) -> tuple[int, int]:
+        self._path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            start = int(self._path.read_text().strip() or 0)
+        except FileNotFoundError:
+            start = 0
+        limit = start + ID_BLOCK
+        tmp = self._path.with_suffix(".tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            os.write(fd, b"%d\n" % limit)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, self._path)
+        dfd = os.open(self._path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+        return start, limit
+
+    async def allocate(self) -> int:
+        async with self._lock:
+            if self._next >= self._limit:
+                self._next, self._limit = await asyncio.to_thread(self._reserve)
+            pid = self._next
+            self._next += 1
+            return pid

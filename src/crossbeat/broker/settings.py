@@ -1,0 +1,80 @@
+"""`BrokerSettings`: the `[broker]` section of crossbeat.toml (env prefix `CROSSBEAT_BROKER_`).
+
+`[broker.stream]` (or `CROSSBEAT_BROKER_STREAM__…`) configures the stream store underneath.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from crossbeat.stream.settings import StreamSettings
+
+
+def parse_hostport(value: str, default_port: int = 9092) -> tuple[str, int]:
+    """Split `HOST:PORT` (IPv6 as `[::1]:9092`); a bare host gets `default_port`."""
+    value = value.strip()
+    if value.startswith("["):
+        host, _, rest = value[1:].partition("]")
+        port = rest.removeprefix(":")
+    elif value.count(":") == 1:
+        host, _, port = value.partition(":")
+    else:
+        host, port = value, ""
+    if not host:
+        raise ValueError(f"no host in {value!r}")
+    try:
+        port_number = int(port) if port else default_port
+    except ValueError:
+        raise ValueError(f"port of {value!r} is not a number") from None
+    if not 0 <= port_number <= 65535:
+        raise ValueError(f"port of {value!r} is out of range")
+    return host, port_number
+
+
+class BrokerSettings(BaseSettings):
+    """Everything `crossbeat broker` needs; CLI flags override the file, env overrides both."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="CROSSBEAT_BROKER_", env_nested_delimiter="__", extra="forbid"
+    )
+
+    data_dir: Path = Field(Path("data/broker"), description="streams, offsets, producer ids")
+    listen: str = Field("127.0.0.1:9092", description="HOST:PORT to bind; port 0 = any free port")
+    advertise: str | None = Field(
+        None, description="HOST:PORT clients reconnect to (Metadata); default: the bound address"
+    )
+    node_id: int = Field(0, ge=0, description="our broker id in Metadata and FindCoordinator")
+    cluster_id: str = "crossbeat"
+    auto_create_topics: bool = Field(True, description="create topics a Metadata request names")
+    num_partitions: int = Field(1, ge=1, le=10000, description="partitions of auto-created topics")
+    max_frame_bytes: int = Field(
+        100 * 1024 * 1024, ge=1024, description="largest request frame; bigger ones close the connection"
+    )
+    max_message_bytes: int = Field(
+        1024 * 1024 + 12, ge=1024, description="largest record batch (Kafka's max.message.bytes)"
+    )
+    max_in_flight_per_connection: int = Field(
+        64, ge=1, description="requests decoded ahead of their responses on one connection"
+    )
+    group_min_session_timeout_ms: int = 1000
+    group_max_session_timeout_ms: int = 30 * 60 * 1000
+    group_initial_rebalance_delay_ms: int = Field(
+        0, ge=0, description="wait this long for more members when an empty group gets its first"
+    )
+    offsets_compact_after: int = Field(
+        10000, ge=10, description="rewrite the committed-offsets log after this many commits"
+    )
+    retention_check_interval_ms: int = Field(
+        300_000, ge=100, description="how often expired segments are deleted (Kafka's default)"
+    )
+    stream: StreamSettings = Field(default_factory=StreamSettings)
+
+    @field_validator("listen", "advertise")
+    @classmethod
+    def _check_hostport(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_hostport(value)
+        return value

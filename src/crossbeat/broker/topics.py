@@ -1,0 +1,204 @@
+"""Topics → partitions → streams.
+
+Partition `p` of topic `t` is the stream named `t-p`. Each stream's persisted config holds the
+topic's Kafka configs (only those set explicitly) plus three bookkeeping keys, so the topic
+table is rebuilt from the store alone on start:
+
+- `crossbeat.topic`: the topic name,
+- `crossbeat.partition`: this stream's partition index,
+- `crossbeat.partitions`: the topic's partition count (a crash half way through creating a
+  topic is repaired on start by creating the missing partitions).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import re
+from dataclasses import dataclass, field
+
+from crossbeat.broker.errors import ErrorCode
+from crossbeat.stream import Stream, StreamStore
+from crossbeat.stream.errors import StreamExists, StreamNotFound
+from crossbeat.stream.settings import StreamSettings
+
+log = logging.getLogger(__name__)
+
+TOPIC_KEY = "crossbeat.topic"
+PARTITION_KEY = "crossbeat.partition"
+PARTITIONS_KEY = "crossbeat.partitions"
+_INTERNAL_KEYS = (TOPIC_KEY, PARTITION_KEY, PARTITIONS_KEY)
+
+_LEGAL_NAME = re.compile(r"[a-zA-Z0-9._-]{1,243}")  # + "-<partition>" fits 249
+MAX_PARTITIONS = 10000
+
+SUPPORTED_CONFIGS = (
+    "cleanup.policy",
+    "retention.ms",
+    "retention.bytes",
+    "segment.bytes",
+    "segment.ms",
+    "message.timestamp.type",
+    "max.message.bytes",
+    "min.insync.replicas",
+    "compression.type",
+)
+"""Topic configs we accept on CreateTopics and report in DescribeConfigs."""
+
+
+class TopicError(Exception):
+    """A topic operation failed with a Kafka error code and a message for the client."""
+
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+@dataclass
+class Topic:
+    """One Kafka topic: its partitions' streams (index = partition) and explicit configs."""
+
+    name: str
+    partitions: list[Stream]
+    configs: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def log_append_time(self) -> bool:
+        return self.configs.get("message.timestamp.type") == "LogAppendTime"
+
+
+def stream_name(topic: str, partition: int) -> str:
+    return f"{topic}-{partition}"
+
+
+def check_topic_name(name: str) -> None:
+    """Raise TopicError(INVALID_TOPIC_EXCEPTION) unless `name` is a legal Kafka topic name."""
+    if not name or name in (".", "..") or not _LEGAL_NAME.fullmatch(name):
+        raise TopicError(
+            ErrorCode.INVALID_TOPIC_EXCEPTION,
+            f"invalid topic name {name!r}: 1-243 characters of [a-zA-Z0-9._-], not '.' or '..'",
+        )
+
+
+def default_configs(stream: StreamSettings, max_message_bytes: int) -> dict[str, str]:
+    """Kafka's names for the defaults every topic inherits from the broker settings."""
+    return {
+        "cleanup.policy": "delete",
+        "retention.ms": str(stream.retention_ms if stream.retention_ms is not None else -1),
+        "retention.bytes": str(stream.retention_bytes if stream.retention_bytes is not None else -1),
+        "segment.bytes": str(stream.segment_bytes),
+        "segment.ms": str(stream.segment_ms),
+        "message.timestamp.type": "CreateTime",
+        "max.message.bytes": str(max_message_bytes),
+        "min.insync.replicas": "1",
+        "compression.type": "producer",
+    }
+
+
+def check_configs(configs: dict[str, str]) -> None:
+    """Raise TopicError(INVALID_CONFIG) for a config we do not know or cannot honour."""
+    for key, value in configs.items():
+        if key not in SUPPORTED_CONFIGS:
+            raise TopicError(ErrorCode.INVALID_CONFIG, f"unsupported topic config {key!r}")
+        if key == "cleanup.policy" and value != "delete":
+            raise TopicError(ErrorCode.INVALID_CONFIG, "only cleanup.policy=delete is supported")
+        if key == "message.timestamp.type" and value not in ("CreateTime", "LogAppendTime"):
+            raise TopicError(ErrorCode.INVALID_CONFIG, f"invalid message.timestamp.type {value!r}")
+        if key in ("retention.ms", "retention.bytes", "segment.bytes", "segment.ms",
+                   "max.message.bytes", "min.insync.replicas"):
+            try:
+                int(value)
+            except ValueError:
+                raise TopicError(ErrorCode.INVALID_CONFIG, f"{key} must be an integer") from None
+
+
+class Topics:
+    """The topic table over one `StreamStore`. Mutations are synchronous (no await inside),
+    so request handlers see them atomically on the event loop."""
+
+    def __init__(self, store: StreamStore) -> None:
+        self._store = store
+        self._topics: dict[str, Topic] = {}
+        self._load()
+
+    def _load(self) -> None:
+        found: dict[str, dict[int, Stream]] = {}
+        counts: dict[str, int] = {}
+        for name in self._store.streams():
+            stream = self._store.get_stream(name)
+            if stream is None or TOPIC_KEY not in stream.config:
+                continue
+            cfg = stream.config
+            try:
+                topic, index, count = cfg[TOPIC_KEY], int(cfg[PARTITION_KEY]), int(cfg[PARTITIONS_KEY])
+            except (KeyError, ValueError):
+                log.warning("stream %s has unreadable topic bookkeeping %r; ignored", name, cfg)
+                continue
+            found.setdefault(topic, {})[index] = stream
+            counts[topic] = max(counts.get(topic, 0), count)
+        for topic, streams in found.items():
+            configs = {k: v for k, v in next(iter(streams.values())).config.items()
+                       if k not in _INTERNAL_KEYS}
+            partitions: list[Stream] = []
+            for index in range(counts[topic]):
+                stream = streams.get(index)
+                if stream is None:
+                    log.warning("topic %s lacks partition %d (interrupted create); creating it",
+                                topic, index)
+                    stream = self._create_stream(topic, index, counts[topic], configs)
+                partitions.append(stream)
+            self._topics[topic] = Topic(topic, partitions, configs)
+
+    def _create_stream(self, topic: str, index: int, count: int, configs: dict[str, str]) -> Stream:
+        config = dict(configs)
+        config.update({TOPIC_KEY: topic, PARTITION_KEY: str(index), PARTITIONS_KEY: str(count)})
+        try:
+            return self._store.create_stream(stream_name(topic, index), config)
+        except StreamExists:
+            # left over from a topic deleted while a reader held it, or a name collision
+            # with another topic's partition; reuse is wrong, so replace it
+            self._store.delete_stream(stream_name(topic, index))
+            return self._store.create_stream(stream_name(topic, index), config)
+
+    def get(self, name: str) -> Topic | None:
+        return self._topics.get(name)
+
+    def partition(self, name: str, index: int) -> Stream | None:
+        topic = self._topics.get(name)
+        if topic is None or not 0 <= index < len(topic.partitions):
+            return None
+        return topic.partitions[index]
+
+    def all(self) -> list[Topic]:
+        return list(self._topics.values())
+
+    def create(self, name: str, num_partitions: int, configs: dict[str, str] | None = None,
+               *, validate_only: bool = False) -> Topic | None:
+        """Create topic `name`; raises TopicError (exists, bad name, bad count or config)."""
+        check_topic_name(name)
+        if name in self._topics:
+            raise TopicError(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists")
+        if not 1 <= num_partitions <= MAX_PARTITIONS:
+            raise TopicError(ErrorCode.INVALID_PARTITIONS,
+                             f"number of partitions must be 1-{MAX_PARTITIONS}, not {num_partitions}")
+        configs = dict(configs or {})
+        check_configs(configs)
+        if validate_only:
+            return None
+        partitions = [self._create_stream(name, i, num_partitions, configs)
+                      for i in range(num_partitions)]
+        topic = Topic(name, partitions, configs)
+        self._topics[name] = topic
+        log.info("created topic %s with %d partition(s)", name, num_partitions)
+        return topic
+
+    def delete(self, name: str) -> None:
+        """Delete topic `name` and its data; raises TopicError(UNKNOWN_TOPIC_OR_PARTITION)."""
+        topic = self._topics.pop(name, None)
+        if topic is None:
+            raise TopicError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {name!r}")
+        for stream in topic.partitions:
+            with contextlib.suppress(StreamNotFound):
+                self._store.delete_stream(stream.name)
+        log.info("deleted topic %s", name)
