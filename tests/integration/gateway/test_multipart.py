@@ -1,0 +1,92 @@
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+from typing import Any
+
+import botocore.exceptions
+import pytest
+from boto3.s3.transfer import TransferConfig
+
+pytestmark = pytest.mark.integration
+MiB = 1024 * 1024
+
+
+def test_upload_fileobj_multipart_with_checksums(s3: Any, bucket: str) -> None:
+    data = os.urandom(11 * MiB + 123)
+    cfg = TransferConfig(multipart_threshold=5 * MiB, multipart_chunksize=5 * MiB)
+    s3.upload_fileobj(io.BytesIO(data), bucket, "mpu", Config=cfg)
+    h = s3.head_object(Bucket=bucket, Key="mpu", ChecksumMode="ENABLED")
+    md5s = b"".join(hashlib.md5(data[i:i + 5 * MiB]).digest() for i in range(0, len(data), 5 * MiB))
+    assert h["ETag"] == f'"{hashlib.md5(md5s).hexdigest()}-3"'
+    assert h["ContentLength"] == len(data)
+    assert s3.get_object(Bucket=bucket, Key="mpu")["Body"].read() == data
+    part2 = s3.get_object(Bucket=bucket, Key="mpu", PartNumber=2)
+    assert part2["Body"].read() == data[5 * MiB:10 * MiB]
+    assert part2["PartsCount"] == 3
+
+
+def test_manual_multipart_list_abort_and_errors(s3: Any, bucket: str) -> None:
+    up = s3.create_multipart_upload(Bucket=bucket, Key="manual", Metadata={"x": "y"}, ContentType="a/b")
+    uid = up["UploadId"]
+    uploads = s3.list_multipart_uploads(Bucket=bucket)["Uploads"]
+    assert [(u["Key"], u["UploadId"]) for u in uploads] == [("manual", uid)]
+    p1 = s3.upload_part(Bucket=bucket, Key="manual", UploadId=uid, PartNumber=1, Body=b"a" * (5 * MiB))
+    p2 = s3.upload_part(Bucket=bucket, Key="manual", UploadId=uid, PartNumber=2, Body=b"b" * 10)
+    parts = s3.list_parts(Bucket=bucket, Key="manual", UploadId=uid)["Parts"]
+    assert [(p["PartNumber"], p["Size"]) for p in parts] == [(1, 5 * MiB), (2, 10)]
+    with pytest.raises(botocore.exceptions.ClientError) as exc:
+        s3.complete_multipart_upload(Bucket=bucket, Key="manual", UploadId=uid, MultipartUpload={
+            "Parts": [{"PartNumber": 1, "ETag": p1["ETag"]}, {"PartNumber": 2, "ETag": '"0000"'}]})
+    assert exc.value.response["Error"]["Code"] == "InvalidPart"
+    with pytest.raises(botocore.exceptions.ClientError) as exc:
+        s3.complete_multipart_upload(Bucket=bucket, Key="manual", UploadId=uid, MultipartUpload={
+            "Parts": [{"PartNumber": 2, "ETag": p2["ETag"]}, {"PartNumber": 1, "ETag": p1["ETag"]}]})
+    assert exc.value.response["Error"]["Code"] == "InvalidPartOrder"
+    done = s3.complete_multipart_upload(Bucket=bucket, Key="manual", UploadId=uid, MultipartUpload={
+        "Parts": [{"PartNumber": 1, "ETag": p1["ETag"]}, {"PartNumber": 2, "ETag": p2["ETag"]}]})
+    assert done["ETag"].endswith('-2"')
+    g = s3.get_object(Bucket=bucket, Key="manual")
+    assert g["Metadata"] == {"x": "y"} and g["ContentType"] == "a/b"
+    assert g["Body"].read() == b"a" * (5 * MiB) + b"b" * 10
+    with pytest.raises(botocore.exceptions.ClientError) as exc:
+        s3.list_parts(Bucket=bucket, Key="manual", UploadId=uid)
+    assert exc.value.response["Error"]["Code"] == "NoSuchUpload"
+
+    small = s3.create_multipart_upload(Bucket=bucket, Key="small")["UploadId"]
+    a = s3.upload_part(Bucket=bucket, Key="small", UploadId=small, PartNumber=1, Body=b"tiny")
+    b = s3.upload_part(Bucket=bucket, Key="small", UploadId=small, PartNumber=2, Body=b"tiny")
+    with pytest.raises(botocore.exceptions.ClientError) as exc:
+        s3.complete_multipart_upload(Bucket=bucket, Key="small", UploadId=small, MultipartUpload={
+            "Parts": [{"PartNumber": 1, "ETag": a["ETag"]}, {"PartNumber": 2, "ETag": b["ETag"]}]})
+    assert exc.value.response["Error"]["Code"] == "EntityTooSmall"
+    s3.abort_multipart_upload(Bucket=bucket, Key="small", UploadId=small)
+    assert "Uploads" not in s3.list_multipart_uploads(Bucket=bucket)
+
+
+def test_upload_part_copy(s3: Any, bucket: str) -> None:
+    src = os.urandom(6 * MiB)
+    s3.put_object(Bucket=bucket, Key="src", Body=src)
+    uid = s3.create_multipart_upload(Bucket=bucket, Key="assembled")["UploadId"]
+    c1 = s3.upload_part_copy(Bucket=bucket, Key="assembled", UploadId=uid, PartNumber=1,
+                             CopySource={"Bucket": bucket, "Key": "src"}, CopySourceRange=f"bytes=0-{5 * MiB - 1}")
+    c2 = s3.upload_part_copy(Bucket=bucket, Key="assembled", UploadId=uid, PartNumber=2,
+                             CopySource={"Bucket": bucket, "Key": "src"}, CopySourceRange=f"bytes={5 * MiB}-{6 * MiB - 1}")
+    s3.complete_multipart_upload(Bucket=bucket, Key="assembled", UploadId=uid, MultipartUpload={"Parts": [
+        {"PartNumber": 1, "ETag": c1["CopyPartResult"]["ETag"]},
+        {"PartNumber": 2, "ETag": c2["CopyPartResult"]["ETag"]}]})
+    assert s3.get_object(Bucket=bucket, Key="assembled")["Body"].read() == src
+
+
+def test_multipart_checksum_sha256_composite(s3: Any, bucket: str) -> None:
+    parts = [os.urandom(5 * MiB), os.urandom(1000)]
+    uid = s3.create_multipart_upload(Bucket=bucket, Key="cs", ChecksumAlgorithm="SHA256")["UploadId"]
+    done = []
+    for i, body in enumerate(parts, 1):
+        r = s3.upload_part(Bucket=bucket, Key="cs", UploadId=uid, PartNumber=i, Body=body, ChecksumAlgorithm="SHA256")
+        done.append({"PartNumber": i, "ETag": r["ETag"], "ChecksumSHA256": r["ChecksumSHA256"]})
+    r = s3.complete_multipart_upload(Bucket=bucket, Key="cs", UploadId=uid, MultipartUpload={"Parts": done})
+    import base64
+    expected = base64.b64encode(hashlib.sha256(b"".join(hashlib.sha256(p).digest() for p in parts)).digest()).decode()
+    assert r["ChecksumSHA256"] == f"{expected}-2"

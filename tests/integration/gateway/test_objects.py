@@ -1,0 +1,187 @@
+from __future__ import annotations
+
+import base64
+import hashlib
+import io
+import zlib
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import botocore.exceptions
+import pytest
+from boto3.s3.transfer import TransferConfig
+
+pytestmark = pytest.mark.integration
+MiB = 1024 * 1024
+
+
+def err(exc: pytest.ExceptionInfo[botocore.exceptions.ClientError]) -> tuple[str, int]:
+    r = exc.value.response
+    return r["Error"]["Code"], r["ResponseMetadata"]["HTTPStatusCode"]
+
+
+def test_put_get_head_round_trip(s3: Any, bucket: str) -> None:
+    body = b"hello world"
+    r = s3.put_object(Bucket=bucket, Key="dir/hello world+é.txt", Body=body, ContentType="text/plain",
+                      Metadata={"color": "blue"}, CacheControl="max-age=60")
+    assert r["ETag"] == f'"{hashlib.md5(body).hexdigest()}"'
+    assert r["ChecksumCRC32"] == base64.b64encode(zlib.crc32(body).to_bytes(4, "big")).decode()
+    g = s3.get_object(Bucket=bucket, Key="dir/hello world+é.txt")
+    assert g["Body"].read() == body
+    assert g["ContentType"] == "text/plain"
+    assert g["Metadata"] == {"color": "blue"}
+    assert g["CacheControl"] == "max-age=60"
+    h = s3.head_object(Bucket=bucket, Key="dir/hello world+é.txt")
+    assert h["ContentLength"] == len(body) and h["ETag"] == r["ETag"]
+
+
+def test_empty_object(s3: Any, bucket: str) -> None:
+    s3.put_object(Bucket=bucket, Key="empty", Body=b"")
+    assert s3.get_object(Bucket=bucket, Key="empty")["Body"].read() == b""
+    assert s3.head_object(Bucket=bucket, Key="empty")["ContentLength"] == 0
+
+
+@pytest.mark.parametrize("rng,expected", [
+    ("bytes=0-4", b"01234"), ("bytes=5-", b"56789"), ("bytes=-3", b"789"), ("bytes=8-100", b"89"),
+])
+def test_ranges(s3: Any, bucket: str, rng: str, expected: bytes) -> None:
+    s3.put_object(Bucket=bucket, Key="digits", Body=b"0123456789")
+    g = s3.get_object(Bucket=bucket, Key="digits", Range=rng)
+    assert g["Body"].read() == expected
+    assert g["ResponseMetadata"]["HTTPStatusCode"] == 206
+    assert g["ContentRange"].endswith("/10")
+
+
+def test_unsatisfiable_range(s3: Any, bucket: str) -> None:
+    s3.put_object(Bucket=bucket, Key="digits", Body=b"0123456789")
+    with pytest.raises(botocore.exceptions.ClientError) as exc:
+        s3.get_object(Bucket=bucket, Key="digits", Range="bytes=20-30")
+    assert err(exc) == ("InvalidRange", 416)
+
+
+def test_conditionals(s3: Any, bucket: str) -> None:
+    etag = s3.put_object(Bucket=bucket, Key="c", Body=b"data")["ETag"]
+    assert s3.get_object(Bucket=bucket, Key="c", IfMatch=etag)["Body"].read() == b"data"
+    with pytest.raises(botocore.exceptions.ClientError) as exc:
+        s3.get_object(Bucket=bucket, Key="c", IfMatch='"nope"')
+    assert err(exc)[1] == 412
+    with pytest.raises(botocore.exceptions.ClientError) as exc:
+        s3.get_object(Bucket=bucket, Key="c", IfNoneMatch=etag)
+    assert err(exc)[1] == 304
+    future = datetime.now(UTC) + timedelta(hours=1)
+    past = datetime.now(UTC) - timedelta(hours=1)
+    with pytest.raises(botocore.exceptions.ClientError) as exc:
+        s3.get_object(Bucket=bucket, Key="c", IfModifiedSince=future)
+    assert err(exc)[1] == 304
+    with pytest.raises(botocore.exceptions.ClientError) as exc:
+        s3.get_object(Bucket=bucket, Key="c", IfUnmodifiedSince=past)
+    assert err(exc)[1] == 412
+    # conditional writes are checked atomically with the write
+    with pytest.raises(botocore.exceptions.ClientError) as exc:
+        s3.put_object(Bucket=bucket, Key="c", Body=b"other", IfNoneMatch="*")
+    assert err(exc)[1] == 412
+    assert s3.get_object(Bucket=bucket, Key="c")["Body"].read() == b"data"
+    s3.put_object(Bucket=bucket, Key="fresh", Body=b"new", IfNoneMatch="*")
+
+
+def test_checksum_mode_and_algorithms(s3: Any, bucket: str) -> None:
+    body = b"checksum me" * 100
+    for alg in ("CRC32", "CRC32C", "SHA1", "SHA256", "CRC64NVME"):
+        r = s3.put_object(Bucket=bucket, Key=f"cs-{alg}", Body=body, ChecksumAlgorithm=alg)
+        assert r[f"Checksum{alg}"]
+        g = s3.get_object(Bucket=bucket, Key=f"cs-{alg}", ChecksumMode="ENABLED")
+        assert g["Body"].read() == body  # botocore verifies the returned checksum
+        assert g[f"Checksum{alg}"] == r[f"Checksum{alg}"]
+
+
+def test_bad_content_md5_is_refused_and_changes_nothing(s3: Any, bucket: str) -> None:
+    wrong = base64.b64encode(hashlib.md5(b"other").digest()).decode()
+    with pytest.raises(botocore.exceptions.ClientError) as exc:
+        s3.put_object(Bucket=bucket, Key="md5", Body=b"data", ContentMD5=wrong)
+    assert err(exc) == ("BadDigest", 400)
+    with pytest.raises(botocore.exceptions.ClientError) as exc:
+        s3.head_object(Bucket=bucket, Key="md5")
+    assert err(exc)[1] == 404
+
+
+def test_missing_key_and_bucket(s3: Any, bucket: str) -> None:
+    with pytest.raises(botocore.exceptions.ClientError) as exc:
+        s3.get_object(Bucket=bucket, Key="nope")
+    assert err(exc) == ("NoSuchKey", 404)
+    with pytest.raises(botocore.exceptions.ClientError) as exc:
+        s3.put_object(Bucket="no-such-bucket-x", Key="k", Body=b"")
+    assert err(exc) == ("NoSuchBucket", 404)
+
+
+def test_tagging(s3: Any, bucket: str) -> None:
+    s3.put_object(Bucket=bucket, Key="t", Body=b"x", Tagging="a=1&b=two")
+    assert s3.head_object(Bucket=bucket, Key="t")["ResponseMetadata"]["HTTPHeaders"]["x-amz-tagging-count"] == "2"
+    tags = {t["Key"]: t["Value"] for t in s3.get_object_tagging(Bucket=bucket, Key="t")["TagSet"]}
+    assert tags == {"a": "1", "b": "two"}
+    s3.put_object_tagging(Bucket=bucket, Key="t", Tagging={"TagSet": [{"Key": "c", "Value": "3"}]})
+    assert s3.get_object_tagging(Bucket=bucket, Key="t")["TagSet"] == [{"Key": "c", "Value": "3"}]
+    s3.delete_object_tagging(Bucket=bucket, Key="t")
+    assert s3.get_object_tagging(Bucket=bucket, Key="t")["TagSet"] == []
+    with pytest.raises(botocore.exceptions.ClientError) as exc:
+        s3.put_object_tagging(Bucket=bucket, Key="t", Tagging={"TagSet": [{"Key": f"k{i}", "Value": "v"} for i in range(11)]})
+    assert err(exc)[0] in ("InvalidTag", "BadRequest")
+
+
+def test_copy_object(s3: Any, bucket: str) -> None:
+    s3.put_object(Bucket=bucket, Key="src", Body=b"copy me", Metadata={"m": "1"}, Tagging="t=1")
+    r = s3.copy_object(Bucket=bucket, Key="dst", CopySource={"Bucket": bucket, "Key": "src"})
+    assert r["CopyObjectResult"]["ETag"] == f'"{hashlib.md5(b"copy me").hexdigest()}"'
+    g = s3.get_object(Bucket=bucket, Key="dst")
+    assert g["Body"].read() == b"copy me" and g["Metadata"] == {"m": "1"}
+    s3.copy_object(Bucket=bucket, Key="dst2", CopySource=f"{bucket}/src", MetadataDirective="REPLACE",
+                   Metadata={"n": "2"}, ContentType="text/x")
+    h = s3.head_object(Bucket=bucket, Key="dst2")
+    assert h["Metadata"] == {"n": "2"} and h["ContentType"] == "text/x"
+    with pytest.raises(botocore.exceptions.ClientError) as exc:
+        s3.copy_object(Bucket=bucket, Key="src", CopySource={"Bucket": bucket, "Key": "src"})
+    assert err(exc)[0] == "InvalidRequest"
+    with pytest.raises(botocore.exceptions.ClientError) as exc:
+        s3.copy_object(Bucket=bucket, Key="x", CopySource={"Bucket": bucket, "Key": "missing"})
+    assert err(exc)[0] == "NoSuchKey"
+
+
+def test_delete_objects(s3: Any, bucket: str) -> None:
+    for i in range(5):
+        s3.put_object(Bucket=bucket, Key=f"d/{i}", Body=b"x")
+    r = s3.delete_objects(Bucket=bucket, Delete={"Objects": [{"Key": f"d/{i}"} for i in range(3)] + [{"Key": "d/missing"}]})
+    assert sorted(d["Key"] for d in r["Deleted"]) == ["d/0", "d/1", "d/2", "d/missing"]
+    assert [o["Key"] for o in s3.list_objects_v2(Bucket=bucket)["Contents"]] == ["d/3", "d/4"]
+    q = s3.delete_objects(Bucket=bucket, Delete={"Objects": [{"Key": "d/3"}], "Quiet": True})
+    assert "Deleted" not in q
+
+
+def test_listing_v1_v2_pagination_and_encoding(s3: Any, bucket: str) -> None:
+    keys = sorted([f"a/{i:03d}" for i in range(25)] + ["b/x y", "b/plus+sign", "c", "é/unicode"])
+    for k in keys:
+        s3.put_object(Bucket=bucket, Key=k, Body=b"")
+    seen: list[str] = []
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, PaginationConfig={"PageSize": 7}):
+        seen += [o["Key"] for o in page.get("Contents", [])]
+    assert seen == sorted(keys, key=lambda k: k.encode())
+    seen = []
+    for page in s3.get_paginator("list_objects").paginate(Bucket=bucket, PaginationConfig={"PageSize": 6}):
+        seen += [o["Key"] for o in page.get("Contents", [])]
+    assert seen == sorted(keys, key=lambda k: k.encode())
+    top = s3.list_objects_v2(Bucket=bucket, Delimiter="/")
+    assert [p["Prefix"] for p in top["CommonPrefixes"]] == ["a/", "b/", "é/"]
+    assert [o["Key"] for o in top["Contents"]] == ["c"]
+    b = s3.list_objects_v2(Bucket=bucket, Prefix="b/")
+    assert sorted(o["Key"] for o in b["Contents"]) == ["b/plus+sign", "b/x y"]
+    start = s3.list_objects_v2(Bucket=bucket, StartAfter="a/020", MaxKeys=3)
+    assert [o["Key"] for o in start["Contents"]] == ["a/021", "a/022", "a/023"]
+
+
+def test_large_object_streams(s3: Any, bucket: str) -> None:
+    data = hashlib.sha256(b"seed").digest() * (12 * MiB // 32)
+    cfg = TransferConfig(multipart_threshold=64 * MiB)
+    s3.upload_fileobj(io.BytesIO(data), bucket, "large", Config=cfg)
+    out = io.BytesIO()
+    s3.download_fileobj(bucket, "large", out, Config=TransferConfig(multipart_threshold=64 * MiB))
+    assert out.getvalue() == data
+    part = s3.get_object(Bucket=bucket, Key="large", Range=f"bytes={5 * MiB - 3}-{5 * MiB + 2}")["Body"].read()
+    assert part == data[5 * MiB - 3: 5 * MiB + 3]
