@@ -40,6 +40,7 @@ MAX_KEYS = 1000
 # The greatest code point: appended to a common prefix it sorts after (almost) every key under
 # that prefix in UTF-8 binary order; keys that still sort inside are skipped by the scan.
 _TOP = "\U0010ffff"
+_FIRST_BATCH = 16
 
 Meta = dict[str, Any]
 
@@ -177,10 +178,18 @@ def _scan(
     else:
         skip = None
     cursor_key, cursor_sub = start_key, start_sub
+    # With a delimiter, rows fetched after the first key of a common prefix are wasted (the
+    # scan re-seeks past the prefix), so batches start small and grow while no key rolls up.
+    # Without one, a batch is what the page still needs plus one row of look-ahead, growing
+    # when skipped rows (delete markers) leave the page short.
+    batch_size = _FIRST_BATCH if delimiter else MAX_KEYS
+    floor = 0
     while True:
         remaining = max_items - len(page.entries) - len(page.prefixes)
-        limit = min(MAX_KEYS, max(remaining + 1, 64))
+        limit = min(max(remaining + 1, floor), batch_size)
         batch = fetch(cursor_key, cursor_sub, limit)
+        batch_size = min(batch_size * 2, MAX_KEYS)
+        floor = limit * 2
         reseek = False
         for meta in batch:
             key = meta["key"]
@@ -203,6 +212,7 @@ def _scan(
             page.last_key, page.last_sub = common, None
             skip = common
             cursor_key, cursor_sub = _past(common), ""
+            batch_size, floor = _FIRST_BATCH, 0
             reseek = True
             break
         if not reseek and len(batch) < limit:
