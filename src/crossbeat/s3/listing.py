@@ -232,10 +232,24 @@ def _bucket_name_owner(bucket: Any, owner: tuple[str, str] | None) -> tuple[str,
 
 
 def _checksum_algorithms(meta: Meta) -> list[str]:
-    algorithms = [alg.upper() for alg in (meta.get("checksums") or {}) if alg in CHECKSUM_ELEMENTS]
+    """Algorithms of the object's stored checksum: the gateway's `checksum` record
+    ({algorithm, value, type}), else a `checksums` map or a `checksumAlgorithm` name."""
+    checksum = meta.get("checksum")
+    if isinstance(checksum, dict) and checksum.get("algorithm"):
+        return [str(checksum["algorithm"]).upper()]
+    algorithms = [
+        alg.upper() for alg in (meta.get("checksums") or {}) if alg.lower() in CHECKSUM_ELEMENTS
+    ]
     if not algorithms and meta.get("checksumAlgorithm"):
         algorithms = [str(meta["checksumAlgorithm"]).upper()]
     return algorithms
+
+
+def _checksum_type(meta: Meta) -> str | None:
+    checksum = meta.get("checksum")
+    if isinstance(checksum, dict) and checksum.get("type"):
+        return str(checksum["type"])
+    return None
 
 
 def _owner(w: XmlWriter, meta: Meta, owner: tuple[str, str]) -> None:
@@ -248,6 +262,7 @@ def _object_fields(w: XmlWriter, meta: Meta, enc: Callable[[str], str]) -> None:
     w.leaf("ETag", quote_etag(str(meta.get("etag", ""))))
     for algorithm in _checksum_algorithms(meta):
         w.leaf("ChecksumAlgorithm", algorithm)
+    w.leaf("ChecksumType", _checksum_type(meta))
     w.leaf("Size", meta.get("size", 0))
     w.leaf("StorageClass", meta.get("storageClass") or "STANDARD")
 
@@ -391,6 +406,7 @@ def list_object_versions(
             w.leaf("ETag", quote_etag(str(meta.get("etag", ""))))
             for algorithm in _checksum_algorithms(meta):
                 w.leaf("ChecksumAlgorithm", algorithm)
+            w.leaf("ChecksumType", _checksum_type(meta))
             w.leaf("Size", meta.get("size", 0))
             w.leaf("StorageClass", meta.get("storageClass") or "STANDARD")
         _owner(w, meta, owner)

@@ -295,6 +295,23 @@ def test_contents_fields(store: SqliteMetadataStore) -> None:
     assert contents.findtext(N + "LastModified") == "2026-01-02T03:04:05.678Z"
     assert contents.findtext(N + "Size") == "3"
     assert contents.findtext(N + "StorageClass") == "STANDARD"
+    assert contents.find(N + "ChecksumAlgorithm") is None
+
+
+def test_checksum_algorithm_of_the_gateway_checksum_record(
+    upload_store: SqliteMetadataStore,
+) -> None:
+    meta = _put(upload_store, "k", "V")
+    meta.update(checksum={"algorithm": "crc32c", "value": "AAAAAA==", "type": "FULL_OBJECT"})
+    meta["sortKey"] = meta["versionId"] = new_version_id()
+    upload_store.put_version(meta)
+    for doc in (
+        listing.list_objects(upload_store, BUCKET, {}, True),
+        listing.list_object_versions(upload_store, BUCKET, {"max-keys": "1"}),
+    ):
+        root = xml(doc)
+        assert [e.text for e in root.iter(N + "ChecksumAlgorithm")] == ["CRC32C"]
+        assert [e.text for e in root.iter(N + "ChecksumType")] == ["FULL_OBJECT"]
 
 
 def test_max_keys_zero_and_caps(store: SqliteMetadataStore) -> None:
