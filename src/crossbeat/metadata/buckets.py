@@ -23,6 +23,12 @@ def require(conn: sqlite3.Connection, name: str) -> Bucket:
     return bucket
 
 
+def require_exists(conn: sqlite3.Connection, name: str) -> None:
+    """NoSuchBucket unless `name` exists (cheaper than `require`: no document is parsed)."""
+    if conn.execute("SELECT 1 FROM buckets WHERE name = ?", (name,)).fetchone() is None:
+        raise NoSuchBucket(name)
+
+
 def list_all(conn: sqlite3.Connection) -> list[Bucket]:
     rows = conn.execute("SELECT doc FROM buckets ORDER BY name").fetchall()
     return [Bucket.from_dict(load(doc)) for (doc,) in rows]

@@ -40,3 +40,9 @@ class MetadataSettings(BaseSettings):
         description="wait_journal re-reads the database this often, to notice commits made "
         "by another process (commits of this process wake it at once)",
     )
+    journal_trim_interval_seconds: float | None = Field(
+        default=60.0,
+        gt=0,
+        description="the store applies retention (trim_journal) this often in the background "
+        "(None: only when trim_journal is called)",
+    )

@@ -7,6 +7,7 @@ and each read runs in its own read transaction so multi-statement reads see one 
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 import threading
 import time
@@ -26,6 +27,7 @@ from crossbeat.metadata.store import Meta, MetadataStore, Precondition
 from crossbeat.metadata.writer import GroupCommitWriter, WriterStats, WriteTxn
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 
 def _limit(limit: int) -> int:
@@ -61,6 +63,16 @@ class SqliteMetadataStore(MetadataStore):
             on_commit=self._on_commit,
             max_batch=self.settings.max_batch,
         )
+        self._stop_trimming = threading.Event()
+        self._trimmer: threading.Thread | None = None
+        if self.settings.journal_trim_interval_seconds is not None:
+            self._trimmer = threading.Thread(
+                target=self._trim_periodically,
+                args=(self.settings.journal_trim_interval_seconds,),
+                name="metadata-journal-trim",
+                daemon=True,
+            )
+            self._trimmer.start()
 
     # -- plumbing -----------------------------------------------------------------------------
 
@@ -78,6 +90,18 @@ class SqliteMetadataStore(MetadataStore):
             if last_seq > self._committed:
                 self._committed = last_seq
                 self._changed.notify_all()
+
+    def _trim_periodically(self, interval: float) -> None:
+        while not self._stop_trimming.wait(interval):
+            try:
+                removed = self.trim_journal()
+            except StoreClosed:
+                return
+            except Exception:  # keep trimming later; a failed trim loses nothing
+                log.exception("journal retention failed")
+            else:
+                if removed:
+                    log.info("journal retention removed %d entries", removed)
 
     def _write(self, fn: Callable[[WriteTxn], T]) -> T:
         return self._writer.submit(fn)
@@ -276,6 +300,9 @@ class SqliteMetadataStore(MetadataStore):
         if self._closed:
             return
         self._closed = True
+        self._stop_trimming.set()
+        if self._trimmer is not None:
+            self._trimmer.join()
         self._writer.close()
         with self._readers_lock:
             for conn in self._readers:

@@ -36,7 +36,7 @@ def create(txn: WriteTxn, upload: Meta) -> None:
     upload_id = require_str(upload, "uploadId")
     bucket = require_str(upload, "bucket")
     key = require_str(upload, "key")
-    buckets.require(txn.conn, bucket)
+    buckets.require_exists(txn.conn, bucket)
     try:
         txn.conn.execute(
             "INSERT INTO uploads(upload_id, bucket, key, doc) VALUES (?, ?, ?, ?)",

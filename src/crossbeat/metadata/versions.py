@@ -65,6 +65,20 @@ def _refresh_latest(conn: sqlite3.Connection, bucket: str, key: str) -> str | No
     return str(top[0])
 
 
+def _latest_after_insert(conn: sqlite3.Connection, bucket: str, key: str) -> str:
+    """`_refresh_latest` when the key is known to have a version: one statement."""
+    row = conn.execute(
+        "INSERT INTO latest(bucket, key, sort_key, is_delete_marker) "
+        "SELECT bucket, key, sort_key, is_delete_marker FROM versions "
+        "WHERE bucket = ? AND key = ? ORDER BY sort_key DESC LIMIT 1 "
+        "ON CONFLICT(bucket, key) DO UPDATE "
+        "SET sort_key = excluded.sort_key, is_delete_marker = excluded.is_delete_marker "
+        "RETURNING sort_key",
+        (bucket, key),
+    ).fetchone()
+    return str(row[0])
+
+
 def put(txn: WriteTxn, meta: Meta, precondition: Precondition | None) -> tuple[Meta, list[Meta]]:
     """Store `meta`; returns (stored meta, displaced versions). See MetadataStore.put_version."""
     if not isinstance(meta, dict):
@@ -77,14 +91,19 @@ def put(txn: WriteTxn, meta: Meta, precondition: Precondition | None) -> tuple[M
         raise InvalidMetadata(f"sortKey must be a string, got {sort_key!r}")
     check_text(sort_key, "sortKey")
     conn = txn.conn
-    buckets.require(conn, bucket)
+    buckets.require_exists(conn, bucket)
     if precondition is not None:
         precondition(get(conn, bucket, key, None))
 
     displaced: list[Meta] = []
     revision = 1
-    old = get(conn, bucket, key, version_id)
-    if old is not None:
+    old_row = conn.execute(
+        "SELECT doc FROM versions WHERE bucket = ? AND key = ? AND version_id = ?",
+        (bucket, key, version_id),
+    ).fetchone()
+    if old_row is not None:
+        old = get(conn, bucket, key, version_id)  # rare: parse it with isLatest
+        assert old is not None
         # Same versionId: the null version, or a replica delivered again. Replace it, and
         # continue its revision count so a compare-and-set against the old row fails.
         displaced.append(old)
@@ -107,7 +126,7 @@ def put(txn: WriteTxn, meta: Meta, precondition: Precondition | None) -> tuple[M
         raise InvalidMetadata(
             f"sortKey {sort_key!r} is already used by another version of {bucket}/{key}"
         ) from exc
-    stored["isLatest"] = _refresh_latest(conn, bucket, key) == sort_key
+    stored["isLatest"] = _latest_after_insert(conn, bucket, key) == sort_key
     txn.append_journal("put", bucket, key, version_id, dump(stored))
     return stored, displaced
 

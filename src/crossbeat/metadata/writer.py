@@ -30,10 +30,12 @@ T = TypeVar("T")
 class WriteTxn:
     """The open write transaction an operation runs in (valid only during the call)."""
 
-    def __init__(self, conn: sqlite3.Connection, last_seq: int, now: Callable[[], str]) -> None:
+    def __init__(self, conn: sqlite3.Connection, last_seq: int, ts: str) -> None:
         self.conn = conn
         self.last_seq = last_seq  # seq of the newest journal entry in this transaction so far
-        self._now = now
+        # One timestamp per batch: its entries become visible together, and reading the
+        # clock once per batch instead of per entry keeps the writer thread lean.
+        self.ts = ts
 
     def append_journal(
         self, op: str, bucket: str, key: str, version_id: str | None, value: bytes | None
@@ -48,7 +50,7 @@ class WriteTxn:
         self.conn.execute(
             "INSERT INTO journal(seq, op, bucket, key, version_id, value, ts) "
             "VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (seq, op, bucket, key, version_id, value, self._now()),
+            (seq, op, bucket, key, version_id, value, self.ts),
         )
         self.last_seq = seq
         return seq
@@ -145,7 +147,7 @@ class GroupCommitWriter:
         conn = self._conn
         try:
             conn.execute("BEGIN IMMEDIATE")
-            txn = WriteTxn(conn, self._last_seq(conn), self._now)
+            txn = WriteTxn(conn, self._last_seq(conn), self._now())
             for op in batch:
                 if not op.future.set_running_or_notify_cancel():
                     outcomes.append((False, None))
