@@ -9,7 +9,7 @@ from typing import Any
 
 import boto3
 import httpx
-from botocore.auth import SigV4Auth
+from botocore.auth import S3SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.config import Config
 from botocore.credentials import Credentials
@@ -66,5 +66,5 @@ def signed(method: str, url: str, body: bytes = b"", headers: dict[str, str] | N
            ak: str = ROOT_AK, sk: str = ROOT_SK) -> httpx.Response:
     """A raw request signed with SigV4 (for the internal routes)."""
     req = AWSRequest(method=method, url=url, data=body, headers=headers or {})
-    SigV4Auth(Credentials(ak, sk), "s3", "us-east-1").add_auth(req)
+    S3SigV4Auth(Credentials(ak, sk), "s3", "us-east-1").add_auth(req)
     return httpx.request(method, url, content=body, headers=dict(req.headers.items()), timeout=60)
