@@ -132,7 +132,7 @@ def test_failed_list_and_retry(gateway: Service, s3: Any) -> None:
     s3.put_bucket_replication(Bucket="retry-src", ReplicationConfiguration={"Role": "arn:aws:iam::000000000000:role/r", "Rules": [{
         "ID": "r1", "Priority": 1, "Status": "Enabled", "Filter": {"Prefix": ""},
         "DeleteMarkerReplication": {"Status": "Disabled"},
-        "Destination": {"Bucket": "arn:aws:s3:::x", "StorageClass": "b"}}]})
+        "Destination": {"Bucket": "arn:aws:s3:::xdest", "StorageClass": "b"}}]})
     vid = s3.put_object(Bucket="retry-src", Key="f", Body=b"x")["VersionId"]
     meta = signed("GET", f"{url}/_/crossbeat/metadata/retry-src/f?versionId={vid}").json()
     assert meta["replicationInfo"]["backends"] == [{"site": "b", "status": "PENDING", "dataStoreVersionId": ""}]
