@@ -14,6 +14,7 @@ removed those locations still resolve to the right repository.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator
 
 from crossbeat.repositories.base import ObjectStat, ObjectWriter, Repository
@@ -37,6 +38,10 @@ class ProxyRepository(Repository):
         self.preferred = backends[preferred_backend]
         # The preferred backend is asked first: after migration most objects live there.
         self._order = [self.preferred] + [b for n, b in backends.items() if n != preferred_backend]
+        # Seed 003's countdown latch: streams in progress per objectId, so that migration
+        # deletes the old copy only once nobody reads it any more.
+        self._readers: dict[str, int] = {}
+        self._readers_changed = threading.Condition()
 
     def owner(self, data_key: str) -> Repository | None:
         """The backend holding an unlocked manifest for `data_key`, if any."""
@@ -54,10 +59,42 @@ class ProxyRepository(Repository):
     def read(self, data_key: str, start: int = 0, end: int | None = None) -> Iterator[bytes]:
         for backend in self._order:
             try:
-                return backend.read(data_key, start, end)
+                stream = backend.read(data_key, start, end)
             except NoSuchData:
                 continue
+            return self._counted(data_key, stream)
         raise NoSuchData(self.name, data_key)
+
+    def _counted(self, data_key: str, stream: Iterator[bytes]) -> Iterator[bytes]:
+        """`stream`, counted in the reader latch from first to last (or abandoned) chunk."""
+        with self._readers_changed:
+            self._readers[data_key] = self._readers.get(data_key, 0) + 1
+        try:
+            yield from stream
+        finally:
+            with self._readers_changed:
+                left = self._readers[data_key] - 1
+                if left:
+                    self._readers[data_key] = left
+                else:
+                    del self._readers[data_key]
+                    self._readers_changed.notify_all()
+
+    def active_reads(self, data_key: str) -> int:
+        """How many reads of `data_key` through this proxy are streaming now (seed 003 latch)."""
+        with self._readers_changed:
+            return self._readers.get(data_key, 0)
+
+    def wait_for_readers(self, data_key: str, timeout: float) -> bool:
+        """Block until no read of `data_key` is streaming (the migration's wait stage).
+
+        Returns False if readers remain after `timeout` seconds. Reads begun after the
+        migration switched locks go to the new copy, so only older ones are waited for.
+        """
+        with self._readers_changed:
+            return self._readers_changed.wait_for(
+                lambda: data_key not in self._readers, timeout=timeout
+            )
 
     def size(self, data_key: str) -> int | None:
         for backend in self._order:

@@ -171,10 +171,17 @@ class SfsRepository(Repository):
                 raw = fh.read()
         except (FileNotFoundError, NotADirectoryError):
             return None
+        except OSError as exc:
+            raise RepositoryError(f"reading the manifest of {data_key!r}: {exc}") from exc
         try:
-            return Manifest.from_bytes(raw)
+            manifest = Manifest.from_bytes(raw)
         except ManifestInvalid as exc:
             raise CorruptData(self.name, data_key, None, str(exc)) from exc
+        if manifest.object_id != data_key:
+            raise CorruptData(
+                self.name, data_key, None, f"manifest belongs to {manifest.object_id!r}"
+            )
+        return manifest
 
     def _visible_manifest(self, data_key: str) -> Manifest:
         manifest = self._manifest(data_key)
@@ -238,6 +245,8 @@ class SfsRepository(Repository):
             if self._manifest(data_key) is None:
                 raise NoSuchData(self.name, data_key, "deleted while being read") from None
             raise CorruptData(self.name, data_key, index, "chunk file is missing") from None
+        except OSError as exc:
+            raise CorruptData(self.name, data_key, index, f"chunk unreadable: {exc}") from exc
         if len(data) != expected:
             raise CorruptData(
                 self.name, data_key, index, f"chunk has {len(data)}+ bytes, expected {expected}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import pytest
@@ -98,3 +99,31 @@ def test_bad_proxy_configuration(tmp_path: Path) -> None:
         ProxyRepository("p", {"one": repo}, "two")
     with pytest.raises(RepositoryError):
         ProxyRepository("p", {}, "one")
+
+
+def test_reader_latch_counts_streams_in_progress(repos) -> None:  # type: ignore[no-untyped-def]
+    old, new, proxy = repos
+    key = old.put_bytes(b"z" * 1000).dataKey  # 16 chunks of 64 bytes
+    stream = proxy.read(key)
+    assert proxy.active_reads(key) == 0  # nothing streams until the first chunk is asked for
+    assert next(stream) == b"z" * 64
+    second = proxy.read(key, 10, 20)
+    assert b"".join(second) == b"z" * 10
+    assert proxy.active_reads(key) == 1
+    assert proxy.wait_for_readers(key, timeout=0.05) is False
+
+    done = threading.Event()
+
+    def wait() -> None:
+        if proxy.wait_for_readers(key, timeout=30):
+            done.set()
+
+    waiter = threading.Thread(target=wait)
+    waiter.start()
+    assert b"".join(stream) == b"z" * (1000 - 64)
+    waiter.join(timeout=30)
+    assert done.is_set() and proxy.active_reads(key) == 0
+    abandoned = proxy.read(key)
+    next(abandoned)
+    abandoned.close()  # a client that hangs up mid-stream
+    assert proxy.active_reads(key) == 0
