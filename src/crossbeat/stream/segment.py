@@ -242,7 +242,6 @@ class Segment:
         self._bytes_since_index += size
         self.last_batch_pos = pos
         self.last_batch_offset = base_offset
-        self.size = pos + size
 
     def write_indexes(self) -> None:
         """Save both indexes, ending the time index with the final entry (blocking)."""
