@@ -1,0 +1,29 @@
+"""Fixtures: a `crossbeat broker` subprocess per test (tmp data dir, port 0)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.compat.broker.helpers import BrokerProcess
+
+
+@pytest.fixture
+def broker(tmp_path: Path) -> Iterator[BrokerProcess]:
+    proc = BrokerProcess(tmp_path / "data")
+    proc.start()
+    try:
+        yield proc
+    finally:
+        if proc.service is not None and proc.service.proc.poll() is None:
+            proc.stop()
+
+
+@pytest.fixture
+def topic_name(request: pytest.FixtureRequest) -> str:
+    return f"t-{request.node.name[:40]}-{uuid.uuid4().hex[:6]}".replace("[", "-").replace("]", "")
+
+

@@ -1,0 +1,112 @@
+"""Helpers for driving `crossbeat broker` (a real subprocess on port 0) with real clients."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Consumer, Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from tests.support.procs import Service, start_service
+
+
+class BrokerProcess:
+    """A `crossbeat broker` over one data directory that tests may kill and restart."""
+
+    def __init__(self, data_dir: Path, extra: list[str] | None = None) -> None:
+        self.data_dir = data_dir
+        self.extra = extra or []
+        self.service: Service | None = None
+
+    def start(self) -> Service:
+        self.service = start_service(
+            ["broker", "--data-dir", str(self.data_dir), "--listen", "127.0.0.1:0", *self.extra]
+        )
+        return self.service
+
+    @property
+    def address(self) -> str:
+        assert self.service is not None
+        return self.service.address
+
+    def stop(self) -> int:
+        assert self.service is not None
+        return self.service.stop()
+
+    def kill(self) -> None:
+        assert self.service is not None
+        self.service.kill()
+
+    def output(self) -> str:
+        return "".join(self.service.output) if self.service else ""
+
+
+def create_topic(address: str, name: str, partitions: int) -> None:
+    admin = AdminClient({"bootstrap.servers": address})
+    futures = admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1)],
+                                  operation_timeout=10)
+    futures[name].result(timeout=20)
+
+
+def produce_all(address: str, topic: str, messages: list[tuple[bytes | None, bytes]],
+                **config: Any) -> list[tuple[int, int, bytes]]:
+    """Produce (key, value) pairs; return (partition, offset, value) per delivery report."""
+    producer = Producer({"bootstrap.servers": address, "linger.ms": 5, **config})
+    delivered: list[tuple[int, int, bytes]] = []
+    errors: list[Any] = []
+
+    def report(err: Any, msg: Any) -> None:
+        if err is not None:
+            errors.append(err)
+        else:
+            delivered.append((msg.partition(), msg.offset(), msg.value()))
+
+    for key, value in messages:
+        producer.produce(topic, key=key, value=value, on_delivery=report)
+        producer.poll(0)
+    remaining = producer.flush(30)
+    assert remaining == 0, f"{remaining} messages not delivered"
+    assert not errors, errors
+    return delivered
+
+
+def consume_n(consumer: Any, n: int, timeout: float = 30) -> list[Any]:
+    """Poll until `n` messages arrived (bounded by `timeout`)."""
+    got: list[Any] = []
+    deadline = time.monotonic() + timeout
+    while len(got) < n and time.monotonic() < deadline:
+        msg = consumer.poll(0.2)
+        if msg is None:
+            continue
+        assert msg.error() is None, msg.error()
+        got.append(msg)
+    return got
+
+
+def new_consumer(address: str, group: str, **config: Any) -> Any:
+    return Consumer({
+        "bootstrap.servers": address,
+        "group.id": group,
+        "auto.offset.reset": "earliest",
+        "enable.auto.commit": False,
+        "session.timeout.ms": 6000,
+        "heartbeat.interval.ms": 200,
+        **config,
+    })
+
+
+def read_topic(address: str, topic: str, expected: int, timeout: float = 30) -> list[Any]:
+    """Every message of `topic` (at least `expected`), read by a throw-away group."""
+    consumer = new_consumer(address, f"reader-{uuid.uuid4().hex[:8]}")
+    consumer.subscribe([topic])
+    try:
+        return consume_n(consumer, expected, timeout)
+    finally:
+        consumer.close()
+
+
+ConsumerFactory = Callable[..., Any]
