@@ -360,7 +360,7 @@ def walk_versions(store: SqliteMetadataStore, query: dict[str, str]) -> list[lis
                 items.append(
                     ("V", dec(element.findtext(N + "Key")), element.findtext(N + "VersionId") or "")
                 )
-        prefixes = [
+        prefixes: list[tuple[str, ...]] = [
             ("P", dec(p.findtext(N + "Prefix"))) for p in root.findall(N + "CommonPrefixes")
         ]
         pages.append(items + prefixes)
@@ -460,6 +460,12 @@ class CountingStore:
         self.calls += 1
         return rows
 
+    def list_uploads(self, bucket: str, **kwargs: Any) -> list[dict[str, Any]]:
+        return self.store.list_uploads(bucket, **kwargs)
+
+    def list_parts(self, upload_id: str, **kwargs: Any) -> list[dict[str, Any]]:
+        return self.store.list_parts(upload_id, **kwargs)
+
 
 def test_common_prefix_is_skipped_without_scanning_its_keys(tmp_path: Path) -> None:
     from concurrent.futures import ThreadPoolExecutor
@@ -471,11 +477,11 @@ def test_common_prefix_is_skipped_without_scanning_its_keys(tmp_path: Path) -> N
         with ThreadPoolExecutor(16) as pool:
             list(pool.map(lambda k: _put(store, k, "V"), keys))
         counting = CountingStore(store)
-        root = xml(listing.list_objects(counting, BUCKET, {"delimiter": "/"}, True))  # type: ignore[arg-type]
+        root = xml(listing.list_objects(counting, BUCKET, {"delimiter": "/"}, True))
         assert object_page(root) == (["a", "big0", "zz"], ["big/", "c/"])
         assert counting.rows < 200, counting.rows
         counting = CountingStore(store)
-        root = xml(listing.list_object_versions(counting, BUCKET, {"delimiter": "/"}))  # type: ignore[arg-type]
+        root = xml(listing.list_object_versions(counting, BUCKET, {"delimiter": "/"}))
         assert [p.findtext(N + "Prefix") for p in root.findall(N + "CommonPrefixes")] == [
             "big/",
             "c/",
@@ -484,10 +490,10 @@ def test_common_prefix_is_skipped_without_scanning_its_keys(tmp_path: Path) -> N
         # and a page that ends on the big prefix resumes after it
         counting = CountingStore(store)
         query = {"delimiter": "/", "max-keys": "1", "marker": "a"}
-        root = xml(listing.list_objects(counting, BUCKET, query, False))  # type: ignore[arg-type]
+        root = xml(listing.list_objects(counting, BUCKET, query, False))
         assert text(root, "NextMarker") == "big/"
         query["marker"] = "big/"
-        root = xml(listing.list_objects(counting, BUCKET, query, False))  # type: ignore[arg-type]
+        root = xml(listing.list_objects(counting, BUCKET, query, False))
         assert object_page(root) == (["big0"], [])
         assert counting.rows < 200, counting.rows
         # runs of delete markers are skipped in growing batches, not one query per row
@@ -496,7 +502,7 @@ def test_common_prefix_is_skipped_without_scanning_its_keys(tmp_path: Path) -> N
         counting = CountingStore(store)
         root = xml(
             listing.list_objects(counting, BUCKET, {"max-keys": "1", "start-after": "c"}, True)
-        )  # type: ignore[arg-type]
+        )
         assert object_page(root) == (["c/x"], []) and text(root, "IsTruncated") == "true"
         assert counting.calls < 15, counting.calls
     finally:
