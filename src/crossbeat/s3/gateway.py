@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 from crossbeat.metadata import Bucket, MetadataStore, open_store
 from crossbeat.metadata.settings import MetadataSettings
-from crossbeat.repositories import Repository, open_repositories
+from crossbeat.repositories import CorruptData, NoSuchData, Repository, open_repositories
 from crossbeat.repositories.settings import RepositorySettings
 from crossbeat.s3 import router
 from crossbeat.s3.auth import Principal, authenticate
@@ -182,6 +182,9 @@ class Gateway:
             response = await router.dispatch(self, req, principal, ctx)
         except S3Error as err:
             response = self.error_response(err, req)
+        except (CorruptData, NoSuchData) as exc:
+            log.error("data error on %s %s: %s", req.method, req.raw_path, exc)
+            response = self.error_response(S3Error("InternalError", f"stored data is unreadable: {exc}"), req)
         except ConnectionError:
             return
         except Exception:
