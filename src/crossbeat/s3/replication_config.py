@@ -101,7 +101,7 @@ def write_json_elements(w: XmlWriter, doc: dict[str, Any]) -> None:
 
 
 def _status(element: ET.Element | None, what: str) -> str:
-    status = None if element is None else child_text(element, "Status")
+    status = "" if element is None else (child_text(element, "Status") or "").strip()
     if status not in _STATUS:
         raise _malformed(f"{what} Status must be Enabled or Disabled.")
     return status

@@ -40,6 +40,8 @@ CHECKSUM_ELEMENTS: dict[str, str] = {
 }
 _CHECKSUM_BY_ELEMENT = {v: k for k, v in CHECKSUM_ELEMENTS.items()}
 
+# No S3 document nests deeper than ~6 levels; the bound keeps recursive consumers safe.
+MAX_XML_DEPTH = 32
 MAX_DELETE_OBJECTS = 1000
 MAX_PART_NUMBER = 10000
 MAX_OBJECT_TAGS = 10
@@ -170,10 +172,16 @@ def parse_xml(body: bytes | str) -> ET.Element:
     parser.ExternalEntityRefHandler = _refuse
     parser.NotationDeclHandler = _refuse
 
+    depth = [0]
+
     def start(name: str, attrs: dict[str, str]) -> None:
+        depth[0] += 1
+        if depth[0] > MAX_XML_DEPTH:
+            raise S3Error("MalformedXML", "The XML document is nested too deeply.")
         builder.start(name.rsplit("}", 1)[-1], {k.rsplit("}", 1)[-1]: v for k, v in attrs.items()})
 
     def end(name: str) -> None:
+        depth[0] -= 1
         builder.end(name.rsplit("}", 1)[-1])
 
     parser.StartElementHandler = start
@@ -266,12 +274,12 @@ def parse_versioning(body: bytes | str) -> str:
 
     MFA delete cannot be enabled (we have no MFA devices): NotImplemented."""
     root = _root(body, "VersioningConfiguration")
-    mfa = child_text(root, "MfaDelete")
-    if mfa not in (None, "", "Disabled"):
+    mfa = (child_text(root, "MfaDelete") or "").strip()
+    if mfa not in ("", "Disabled"):
         if mfa == "Enabled":
             raise S3Error("NotImplemented", "MFA delete is not supported.")
         raise S3Error("IllegalVersioningConfigurationException")
-    status = child_text(root, "Status")
+    status = (child_text(root, "Status") or "").strip()
     if status not in ("Enabled", "Suspended"):
         raise S3Error("IllegalVersioningConfigurationException")
     return status

@@ -57,6 +57,16 @@ def test_utf16_doctype_is_refused_too() -> None:
     assert code_of(xmldoc.parse_tagging, body.encode("utf-16")) == "MalformedXML"
 
 
+def test_deep_nesting_is_malformedxml() -> None:
+    body = b"<Delete>" + b"<a>" * 10_000 + b"</a>" * 10_000 + b"</Delete>"
+    assert code_of(xmldoc.parse_delete_objects, body) == "MalformedXML"
+
+
+def test_pretty_printed_documents_parse() -> None:
+    body = b'<?xml version="1.0" encoding="UTF-8"?>\n<VersioningConfiguration>\n  <Status>\n    Suspended\n  </Status>\n</VersioningConfiguration>\n'
+    assert xmldoc.parse_versioning(body) == "Suspended"
+
+
 def test_wrong_root_is_malformedxml() -> None:
     assert code_of(xmldoc.parse_versioning, b"<Tagging/>") == "MalformedXML"
 
