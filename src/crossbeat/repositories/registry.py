@@ -24,12 +24,13 @@ def open_repositories(
     proxy takes precedence over the repositories it bundles), so locations naming a backend
     are served through the proxy while it exists; the raw backends stay reachable as
     `proxy.backends`. A backend may belong to one proxy only, and a proxy cannot bundle a
-    proxy. Bad configuration raises `RepositoryError` and opens nothing.
+    proxy, and sfs roots may not overlap. Bad configuration raises `RepositoryError` and opens nothing.
     """
     data_dir = Path(data_dir)
     if not configs:
         configs = {DEFAULT_REPOSITORY: RepositorySettings(type="sfs")}
     _check_proxies(configs)
+    _check_sfs_roots(configs, data_dir)
     opened: dict[str, Repository] = {}
     try:
         for name, settings in configs.items():
@@ -71,11 +72,30 @@ def _check_proxies(configs: dict[str, RepositorySettings]) -> None:
             claimed[backend] = name
 
 
-def _open_sfs(name: str, settings: RepositorySettings, data_dir: Path) -> Repository:
+def _sfs_root(name: str, settings: RepositorySettings, data_dir: Path) -> Path:
     root = settings.root if settings.root is not None else Path("repositories") / name
+    return (data_dir / root).absolute()  # an absolute root stays as it is
+
+
+def _check_sfs_roots(configs: dict[str, RepositorySettings], data_dir: Path) -> None:
+    """Two repositories in one root would clean up (delete) each other's objects."""
+    roots: dict[Path, str] = {}
+    for name, settings in configs.items():
+        if settings.type != "sfs":
+            continue
+        root = _sfs_root(name, settings, data_dir)
+        for other_root, other in roots.items():
+            if root == other_root or root in other_root.parents or other_root in root.parents:
+                raise RepositoryError(
+                    f"sfs repositories {other!r} and {name!r} overlap ({other_root}, {root})"
+                )
+        roots[root] = name
+
+
+def _open_sfs(name: str, settings: RepositorySettings, data_dir: Path) -> Repository:
     return SfsRepository(
         name,
-        data_dir / root,  # an absolute root stays as it is
+        _sfs_root(name, settings, data_dir),
         chunk_size=settings.chunk_size,
         siphash_key=settings.siphash_key_bytes,
     )

@@ -123,6 +123,14 @@ def test_proxy_takes_precedence_over_its_backends(tmp_path: Path) -> None:
             "p": RepositorySettings(type="proxy", backends=["a"], preferred_backend="a"),
             "q": RepositorySettings(type="proxy", backends=["p"], preferred_backend="p"),
         },
+        {
+            "a": RepositorySettings(type="sfs", root=Path("same")),
+            "b": RepositorySettings(type="sfs", root=Path("same")),
+        },
+        {
+            "a": RepositorySettings(type="sfs", root=Path("outer")),
+            "b": RepositorySettings(type="sfs", root=Path("outer/inner")),
+        },
     ],
 )
 def test_bad_proxy_wiring_is_refused(
@@ -130,7 +138,7 @@ def test_bad_proxy_wiring_is_refused(
 ) -> None:
     with pytest.raises(RepositoryError):
         open_repositories(configs, tmp_path)
-    assert not (tmp_path / "repositories").exists()  # nothing opened, nothing created
+    assert list(tmp_path.iterdir()) == []  # nothing opened, nothing created
 
 
 def test_s3_settings_open_an_s3_repository(s3_settings: RepositorySettings, tmp_path: Path) -> None:

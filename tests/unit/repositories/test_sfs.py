@@ -23,19 +23,20 @@ def files_under(root: Path) -> list[str]:
 
 
 def test_layout_on_disk_is_the_seeds(sfs: SfsRepository) -> None:
-    data = payload(SMALL_CHUNK * 250 + 10)  # 251 chunks: groups 0, 1 and 2
+    data = payload(SMALL_CHUNK * 105 + 10)  # 106 chunks: groups 0 and 1
     loc = sfs.put_bytes(data)
     key = loc.dataKey
     assert loc == Location("local", key, len(data))
     obj = sfs.root / key[-3:] / key
     assert (obj / "manifest.json").is_file()
     chunk_files = sorted(files_under(obj / "chunks"), key=lambda p: int(p.rsplit("-", 1)[1]))
-    assert chunk_files == [f"{i // 100}/{key}-{i}" for i in range(251)]
+    assert chunk_files == [f"{i // 100}/{key}-{i}" for i in range(106)]
     assert files_under(obj) == sorted(["manifest.json", *(f"chunks/{c}" for c in chunk_files)])
     assert files_under(sfs.root) == sorted(
         ["repository.json", *(f"{key[-3:]}/{key}/{f}" for f in files_under(obj))]
     )
-    assert (obj / "chunks" / "2" / f"{key}-250").stat().st_size == 10
+    assert (obj / "chunks" / "1" / f"{key}-105").stat().st_size == 10
+    assert sorted(os.listdir(obj / "chunks")) == ["0", "1"]
 
 
 def test_manifest_contents(sfs: SfsRepository) -> None:
@@ -254,3 +255,18 @@ def test_no_temporary_files_remain(sfs: SfsRepository) -> None:
     sfs.unlock(key)
     names = os.listdir(sfs.root / key[-3:] / key)
     assert sorted(names) == ["chunks", "manifest.json"]
+
+
+def test_concurrent_writers_and_readers(tmp_path: Path) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    repo = SfsRepository("busy", tmp_path, chunk_size=256)
+
+    def roundtrip(i: int) -> bool:
+        data = payload(i * 37 % 2000, seed=i)
+        key = repo.put_bytes(data).dataKey
+        return repo.read_bytes(key) == data and repo.size(key) == len(data)
+
+    with ThreadPoolExecutor(8) as pool:
+        assert all(pool.map(roundtrip, range(64)))
+    assert len(list(repo.keys())) == 64
