@@ -16,7 +16,12 @@ NewVersion = Callable[..., dict[str, Any]]
 
 @pytest.fixture
 def settings() -> MetadataSettings:
-    return MetadataSettings(journal_retention_entries=None, journal_retention_seconds=None)
+    # No background retention: tests that trim call trim_journal themselves.
+    return MetadataSettings(
+        journal_retention_entries=None,
+        journal_retention_seconds=None,
+        journal_trim_interval_seconds=None,
+    )
 
 
 @pytest.fixture

@@ -211,7 +211,11 @@ def test_retention_by_checkpoints_and_truncated_reads(
 
 
 def test_retention_bounds_apply_to_unconsumed_entries(tmp_path: Path) -> None:
-    settings = MetadataSettings(journal_retention_entries=5, journal_retention_seconds=3600)
+    settings = MetadataSettings(
+        journal_retention_entries=5,
+        journal_retention_seconds=3600,
+        journal_trim_interval_seconds=None,
+    )
     with SqliteMetadataStore(tmp_path / "m.db", settings) as store:
         store.set_checkpoint("slow", 0)
         from crossbeat.metadata import Bucket
