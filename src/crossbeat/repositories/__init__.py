@@ -13,7 +13,12 @@ from crossbeat.repositories.errors import CorruptData, NoSuchData, RepositoryErr
 from crossbeat.repositories.location import Location
 from crossbeat.repositories.object_ids import new_object_id
 from crossbeat.repositories.proxy import ProxyRepository
-from crossbeat.repositories.registry import DEFAULT_REPOSITORY, open_repositories
+from crossbeat.repositories.registry import (
+    DEFAULT_REPOSITORY,
+    cleanup_repositories,
+    names_by_repository,
+    open_repositories,
+)
 from crossbeat.repositories.settings import RepositorySettings
 from crossbeat.repositories.sfs import SfsRepository
 
@@ -29,6 +34,8 @@ __all__ = [
     "RepositoryError",
     "RepositorySettings",
     "SfsRepository",
+    "cleanup_repositories",
+    "names_by_repository",
     "new_object_id",
     "open_repositories",
 ]

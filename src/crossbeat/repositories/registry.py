@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from crossbeat.repositories.base import Repository
@@ -52,6 +53,35 @@ def open_repositories(
             repo.close()
         raise
     return result
+
+
+def names_by_repository(repositories: dict[str, Repository]) -> list[tuple[Repository, list[str]]]:
+    """Each distinct repository once, with every name that resolves to it."""
+    grouped: dict[int, tuple[Repository, list[str]]] = {}
+    for name, repo in repositories.items():
+        grouped.setdefault(id(repo), (repo, []))[1].append(name)
+    return list(grouped.values())
+
+
+def cleanup_repositories(
+    repositories: dict[str, Repository],
+    referenced: Callable[[str, str], bool],
+    older_than_s: float = 3600,
+) -> list[str]:
+    """Run `cleanup` once per distinct repository; return the removed ids.
+
+    `referenced(location_name, data_key)` says whether metadata points at the data. Use this
+    rather than calling `cleanup` per name: with a proxy several names resolve to one
+    repository, and an object is in use if a location under *any* of them points at it.
+    """
+    removed: list[str] = []
+    for repo, names in names_by_repository(repositories):
+
+        def in_use(key: str, names: list[str] = names) -> bool:
+            return any(referenced(n, key) for n in names)
+
+        removed += repo.cleanup(in_use, older_than_s)
+    return removed
 
 
 def _check_proxies(configs: dict[str, RepositorySettings]) -> None:

@@ -15,6 +15,7 @@ from crossbeat.repositories import (
     RepositoryError,
     RepositorySettings,
     SfsRepository,
+    cleanup_repositories,
     open_repositories,
 )
 
@@ -146,3 +147,26 @@ def test_s3_settings_open_an_s3_repository(s3_settings: RepositorySettings, tmp_
     loc = repos["cloud"].put_bytes(b"to the cloud")
     assert repos["cloud"].read_bytes(loc.dataKey) == b"to the cloud"
     repos["cloud"].close()
+
+
+def test_cleanup_with_a_proxy_keeps_data_referenced_under_any_name(tmp_path: Path) -> None:
+    repos = open_repositories(
+        {
+            "old": RepositorySettings(type="sfs"),
+            "new": RepositorySettings(type="sfs"),
+            "migrate": RepositorySettings(
+                type="proxy", backends=["old", "new"], preferred_backend="new"
+            ),
+        },
+        tmp_path,
+    )
+    proxy = repos["migrate"]
+    assert isinstance(proxy, ProxyRepository)
+    in_old = proxy.backends["old"].put_bytes(b"old").dataKey
+    in_new = repos["old"].put_bytes(b"new").dataKey  # written through the proxy: "new"
+    orphan = repos["new"].put_bytes(b"orphan").dataKey
+    refs = {("old", in_old), ("new", in_new)}
+    removed = cleanup_repositories(repos, lambda name, key: (name, key) in refs, older_than_s=0)
+    assert removed == [orphan]
+    assert repos["old"].read_bytes(in_old) == b"old"
+    assert repos["new"].read_bytes(in_new) == b"new"
