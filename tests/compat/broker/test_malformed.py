@@ -168,4 +168,4 @@ def test_bad_frames_close_or_error_while_others_work(broker: BrokerProcess, topi
     log = broker.output()
     assert "Traceback" not in log
     assert "frame size 2147483647 outside" in log and "unknown api key 999" in log
-    assert "malformed" in log and "corrupt batch rejected" in log
+    assert "v515 is not supported" in log and "corrupt batch rejected" in log
