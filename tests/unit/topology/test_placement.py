@@ -6,7 +6,7 @@ from __future__ import annotations
 import random
 
 import pytest
-from hypothesis import given
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from crossbeat.topology.errors import PlacementError
@@ -16,6 +16,9 @@ from crossbeat.topology.placement import (
     pin_site_copies,
     rack_alternated_list,
 )
+
+# A shared 2-core machine: no per-example deadline, no too-slow health check.
+RELAXED = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 KAFKA_RACKS = {0: "rack1", 1: "rack3", 2: "rack3", 3: "rack2", 4: "rack2", 5: "rack1"}
 # The seed's 5 brokers: md1..md3 = brokers 2, 3, 4 on the majority site, md4/md5 = 0, 1.
@@ -127,6 +130,7 @@ def assignment_inputs(draw: st.DrawFn) -> tuple[dict[int, str], int, int, int, i
     return brokers, rf, partitions, start, shift
 
 
+@RELAXED
 @given(assignment_inputs(), st.booleans())
 def test_replicas_are_distinct_brokers(
     inputs: tuple[dict[int, str], int, int, int, int], aware: bool
@@ -140,6 +144,7 @@ def test_replicas_are_distinct_brokers(
         assert set(replicas) <= set(brokers)
 
 
+@RELAXED
 @given(assignment_inputs())
 def test_rack_aware_spreads_over_racks(inputs: tuple[dict[int, str], int, int, int, int]) -> None:
     brokers, rf, partitions, start, shift = inputs
@@ -149,6 +154,7 @@ def test_rack_aware_spreads_over_racks(inputs: tuple[dict[int, str], int, int, i
         assert len({brokers[b] for b in replicas}) == min(rf, len(racks))
 
 
+@RELAXED
 @given(assignment_inputs(), st.booleans())
 def test_leaders_are_balanced(
     inputs: tuple[dict[int, str], int, int, int, int], aware: bool
@@ -159,6 +165,7 @@ def test_leaders_are_balanced(
     assert max(counts) - min(counts) <= 1
 
 
+@RELAXED
 @given(assignment_inputs())
 def test_pinned_assignment_covers_every_site(
     inputs: tuple[dict[int, str], int, int, int, int],

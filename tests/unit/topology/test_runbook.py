@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from crossbeat.topology.errors import TopologyError
@@ -11,6 +11,10 @@ from crossbeat.topology.mirrormaker import mirror_maker_failback, mirror_maker_f
 from crossbeat.topology.plan import plan_topics
 from crossbeat.topology.runbook import FileChange, shrink_assignment
 from crossbeat.topology.sitemap import SiteMap
+
+# A shared 2-core machine: no per-example deadline, no too-slow health check.
+RELAXED = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
 
 NOTIF = "crossbeat-bucket-notification"
 
@@ -92,6 +96,7 @@ def test_file_change_diff() -> None:
     assert FileChange("s", "/p", "a=1\n", "a=2\n").diff().endswith("-a=1\n+a=2\n")
 
 
+@RELAXED
 @given(
     st.dictionaries(
         st.integers(0, 20),
