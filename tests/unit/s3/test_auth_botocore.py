@@ -21,6 +21,8 @@ import botocore.crt.auth
 import pytest
 from botocore.awsrequest import AWSResponse
 from botocore.config import Config
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from crossbeat.s3.auth import AuthContext, Principal, authenticate
 from crossbeat.s3.body import BodyDecoder
@@ -297,3 +299,62 @@ def test_sigv2_header_auth() -> None:
     )
     meta = [*w.headers, (b"x-amz-meta-evil", b"1")]
     assert code(Wire(w.method, w.raw_path, w.query_string, meta, w.body)) == "SignatureDoesNotMatch"
+
+
+# ------------------------------------------------------------------ random keys (property)
+
+_KEYS = st.text(
+    alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"),
+    min_size=1,
+    max_size=40,
+)
+
+
+class _Recorder:
+    """One client per signature version; the hook records the last request."""
+
+    def __init__(self, signature_version: str | None) -> None:
+        self.client = client(signature_version=signature_version)
+        self.last: Wire | None = None
+
+        def before_send(request: Any, **_: Any) -> AWSResponse:
+            url = urlsplit(request.url)
+            headers = [
+                (k.encode(), v if isinstance(v, bytes) else v.encode())
+                for k, v in request.headers.items()
+            ]
+            if not any(k.lower() == b"host" for k, _ in headers):
+                headers.insert(0, (b"host", url.netloc.encode()))
+            self.last = Wire(request.method, url.path.encode(), url.query.encode(), headers, b"")
+            return AWSResponse(request.url, 200, {}, _Raw(b""))
+
+        self.client.meta.events.register("before-send.s3.*", before_send)
+
+
+@pytest.fixture(scope="module")
+def recorders() -> dict[str, _Recorder]:
+    return {"s3v4": _Recorder("s3v4"), "default": _Recorder(None)}
+
+
+@pytest.mark.usefixtures("fixed_time")
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(key=_KEYS, prefix=_KEYS)
+def test_random_keys_verify(recorders: dict[str, _Recorder], key: str, prefix: str) -> None:
+    v4 = recorders["s3v4"]
+    v4.client.head_object(Bucket="bucket", Key=key)
+    assert v4.last is not None
+    check(v4.last)
+    v4.client.list_objects(Bucket="bucket", Prefix=prefix, Marker=key)
+    check(v4.last)
+    for rec in recorders.values():  # presigned V4 and (boto3's default) V2
+        url = rec.client.generate_presigned_url(
+            "get_object", Params={"Bucket": "bucket", "Key": key}
+        )
+        w = presigned(url)
+        check(w)
+        assert (
+            code(Wire("GET", w.raw_path + b"x", w.query_string, w.headers, b""))
+            == "SignatureDoesNotMatch"
+        )
