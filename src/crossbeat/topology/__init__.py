@@ -4,12 +4,14 @@ failover/failback runbooks.
 
 Layers, bottom up (each module imports only the ones above it):
 
-- `placement`: Kafka's AdminUtils replica assignment, pure functions over broker ids and racks;
-  the stream store's placement driver reuses it.
-- `sitemap`: the TOML site map (pydantic models, validation with readable errors).
+- `placement`: Kafka's AdminUtils replica assignment, pure functions over broker ids and racks
+  (`assign_replicas`, `pin_site_copies`); the stream store's placement driver reuses it.
 - `durability`: per-workflow topic defaults (acks, replication factor, min.insync.replicas).
-- `plan`: resolves a site map into per-topic assignments.
-- `analysis`, `render`, `runbook`: what operators read before and during a site loss.
+- `sitemap`: the TOML site map (pydantic models, validation with readable errors).
+- `plan`: resolves a site map into per-topic assignments (`plan_topics`).
+- `analysis`: every single/pair/site loss -> writable, acked data at risk, quorum.
+- `render`, `bundle`: configuration text, and the files `plan --out` writes.
+- `runbook` (model and shared steps), `failover`, `failback`, `mirrormaker`: runbooks.
 
 The package is pure planning code: it imports no other crossbeat component.
 """
