@@ -81,6 +81,10 @@ CREATE TABLE IF NOT EXISTS store_state (
 """
 
 
+class Connection(sqlite3.Connection):
+    """A plain sqlite3 connection that can be weakly referenced (the base class cannot)."""
+
+
 def connect(path: Path, *, busy_timeout_ms: int) -> sqlite3.Connection:
     """A connection in autocommit mode (we issue BEGIN/SAVEPOINT/COMMIT ourselves).
 
@@ -88,7 +92,11 @@ def connect(path: Path, *, busy_timeout_ms: int) -> sqlite3.Connection:
     the WAL, so a committed change survives power loss, not only a process crash.
     """
     conn = sqlite3.connect(
-        path, isolation_level=None, check_same_thread=False, timeout=busy_timeout_ms / 1000
+        path,
+        isolation_level=None,
+        check_same_thread=False,
+        timeout=busy_timeout_ms / 1000,
+        factory=Connection,
     )
     conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
     conn.execute("PRAGMA synchronous = FULL")

@@ -11,6 +11,7 @@ import logging
 import sqlite3
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -53,7 +54,9 @@ class SqliteMetadataStore(MetadataStore):
         self._committed = committed
         self._changed = threading.Condition()
         self._local = threading.local()
-        self._readers: list[sqlite3.Connection] = []
+        # Weak: a reader connection lives as long as its thread's threading.local, so threads
+        # that come and go do not pile up open connections; close() closes the rest.
+        self._readers: weakref.WeakSet[sqlite3.Connection] = weakref.WeakSet()
         self._readers_lock = threading.Lock()
         self._closed = False
         self._writer = GroupCommitWriter(
@@ -80,6 +83,11 @@ class SqliteMetadataStore(MetadataStore):
     def writer_stats(self) -> WriterStats:
         """Commits and operations so far (group commit shows as operations > commits)."""
         return self._writer.stats
+
+    def open_readers(self) -> int:
+        """Reader connections currently open (one per thread that has read and still lives)."""
+        with self._readers_lock:
+            return len(self._readers)
 
     def pending_writes(self) -> int:
         """Write operations queued behind the batch being committed."""
@@ -115,7 +123,7 @@ class SqliteMetadataStore(MetadataStore):
             conn = connect(self.path, busy_timeout_ms=self.settings.busy_timeout_ms)
             conn.execute("PRAGMA query_only = 1")
             with self._readers_lock:
-                self._readers.append(conn)
+                self._readers.add(conn)
             self._local.conn = conn
         conn.execute("BEGIN")
         try:
@@ -305,7 +313,7 @@ class SqliteMetadataStore(MetadataStore):
             self._trimmer.join()
         self._writer.close()
         with self._readers_lock:
-            for conn in self._readers:
+            for conn in list(self._readers):
                 conn.close()
             self._readers.clear()
 

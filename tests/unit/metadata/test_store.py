@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gc
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -50,6 +52,20 @@ def test_state_survives_reopen_and_closed_store_refuses(tmp_path: Path) -> None:
     with SqliteMetadataStore(path) as again:
         assert again.get_version("b", "k")["versionId"] == v["versionId"]  # type: ignore[index]
         assert again.checkpoints() == {"populator": 1} and again.last_seq() == 2
+
+
+def test_reader_connections_do_not_outlive_their_threads(
+    store: SqliteMetadataStore, bucket: str
+) -> None:
+    def read() -> None:
+        assert store.get_bucket(bucket) is not None
+
+    for _ in range(20):
+        t = threading.Thread(target=read)
+        t.start()
+        t.join(timeout=30)
+    gc.collect()
+    assert store.open_readers() <= 2
 
 
 def test_calling_the_store_from_a_precondition_fails_loudly(
