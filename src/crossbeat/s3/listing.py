@@ -34,6 +34,7 @@ from crossbeat.s3.xmldoc import (
     list_uploads_xml,
     quote_etag,
     url_encode,
+    xml_text,
 )
 
 MAX_KEYS = 1000
@@ -257,14 +258,21 @@ def _owner(w: XmlWriter, meta: Meta, owner: tuple[str, str]) -> None:
 
 
 def _object_fields(w: XmlWriter, meta: Meta, enc: Callable[[str], str]) -> None:
-    w.leaf("Key", enc(meta["key"]))
-    w.leaf("LastModified", iso8601(meta.get("lastModified", 0)))
-    w.leaf("ETag", quote_etag(str(meta.get("etag", ""))))
-    for algorithm in _checksum_algorithms(meta):
-        w.leaf("ChecksumAlgorithm", algorithm)
-    w.leaf("ChecksumType", _checksum_type(meta))
-    w.leaf("Size", meta.get("size", 0))
-    w.leaf("StorageClass", meta.get("storageClass") or "STANDARD")
+    # One string per object: listings render up to 1000 of these per request.
+    checksum = "".join(
+        f"<ChecksumAlgorithm>{xml_text(a)}</ChecksumAlgorithm>" for a in _checksum_algorithms(meta)
+    )
+    checksum_type = _checksum_type(meta)
+    if checksum_type:
+        checksum += f"<ChecksumType>{xml_text(checksum_type)}</ChecksumType>"
+    w.raw(
+        f"<Key>{xml_text(enc(meta['key']))}</Key>"
+        f"<LastModified>{xml_text(iso8601(meta.get('lastModified', 0)))}</LastModified>"
+        f"<ETag>&quot;{xml_text(str(meta.get('etag', '')).strip().strip(chr(34)))}&quot;</ETag>"
+        f"{checksum}"
+        f"<Size>{int(meta.get('size') or 0)}</Size>"
+        f"<StorageClass>{xml_text(meta.get('storageClass') or 'STANDARD')}</StorageClass>"
+    )
 
 
 def _identity(value: str) -> str:

@@ -71,6 +71,8 @@ _NEEDS_ESCAPE = re.compile(r'[&<>"\r\x00-\x08\x0b\x0c\x0e-\x1f]')
 def xml_text(value: object) -> str:
     """Escape a value for use as element text."""
     text = value if isinstance(value, str) else str(value)
+    if _NEEDS_ESCAPE.search(text) is None:
+        return text
     return _NEEDS_ESCAPE.sub(_escape_char, text)
 
 
@@ -123,6 +125,11 @@ class XmlWriter:
         if isinstance(value, bool):
             value = bool_text(value)
         self._parts.append(f"<{name}>{xml_text(value)}</{name}>")
+        return self
+
+    def raw(self, markup: str) -> XmlWriter:
+        """Append already-escaped markup (callers escape every value with `xml_text`)."""
+        self._parts.append(markup)
         return self
 
     def checksums(self, checksums: dict[str, str] | None) -> XmlWriter:
