@@ -61,10 +61,11 @@ def read(conn: sqlite3.Connection, after: int, limit: int) -> list[JournalEntry]
     ]
 
 
-def trim(conn: sqlite3.Connection, settings: MetadataSettings, now: datetime) -> int:
+def trim(conn: sqlite3.Connection, settings: MetadataSettings, now: datetime, max_rows: int) -> int:
     """Retention (caller holds the write transaction): remove every entry up to the highest of
     min(checkpoints), last - retention_entries, and the newest entry older than
-    retention_seconds. Records the new mark in store_state; returns entries removed."""
+    retention_seconds, but at most `max_rows` of them (the oldest), so one call never holds
+    the writer long. Records the new mark in store_state; returns entries removed."""
     newest = last_seq(conn)
     already = trimmed_through(conn)
     through = already
@@ -82,6 +83,8 @@ def trim(conn: sqlite3.Connection, settings: MetadataSettings, now: datetime) ->
             (already, cutoff),
         ).fetchone()
         through = max(through, (int(young[0]) - 1) if young else newest)
+    # Seqs above the mark are dense, so this removes at most max_rows rows.
+    through = min(through, already + max_rows)
     if through <= already:
         return 0
     removed = conn.execute("DELETE FROM journal WHERE seq <= ?", (through,)).rowcount

@@ -29,6 +29,7 @@ from crossbeat.metadata.writer import GroupCommitWriter, WriterStats, WriteTxn
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
+TRIM_CHUNK = 10_000
 
 
 def _limit(limit: int) -> int:
@@ -300,9 +301,20 @@ class SqliteMetadataStore(MetadataStore):
         )
 
     def trim_journal(self, *, now: datetime | None = None) -> int:
-        """Retention (see MetadataStore); `now` (aware datetime) overrides the clock."""
+        """Retention (see MetadataStore); `now` (aware datetime) overrides the clock.
+
+        Removes in chunks of TRIM_CHUNK entries, one write operation each, so that PUTs
+        queued meanwhile are committed between chunks instead of waiting for the whole trim.
+        """
         when = now or datetime.now(UTC)
-        return self._write(lambda txn: journal.trim(txn.conn, self.settings, when))
+        total = 0
+        while True:
+            removed = self._write(
+                lambda txn: journal.trim(txn.conn, self.settings, when, TRIM_CHUNK)
+            )
+            total += removed
+            if removed < TRIM_CHUNK:
+                return total
 
     def close(self) -> None:
         if self._closed:

@@ -258,3 +258,18 @@ def test_two_store_instances_on_one_file_keep_seqs_dense(
         assert noticed == [True]
     entries = store.read_journal(0, 1000)
     assert [e.seq for e in entries] == list(range(1, 62))
+
+
+def test_trim_removes_in_chunks(
+    store: SqliteMetadataStore, bucket: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import crossbeat.metadata.sqlite as sqlite_store
+
+    monkeypatch.setattr(sqlite_store, "TRIM_CHUNK", 3)
+    for i in range(9):
+        store.put_version(version(bucket, f"k{i}"))
+    store.set_checkpoint("c", 10)
+    commits = store.writer_stats.commits
+    assert store.trim_journal() == 10
+    assert store.writer_stats.commits - commits == 4  # 3 + 3 + 3 + 1
+    assert store.read_journal(10, 10) == [] and store.last_seq() == 10
