@@ -9,6 +9,7 @@ import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from tests.support.procs import wait_until
@@ -75,12 +76,11 @@ def moto_endpoint() -> Iterator[str]:
             proc.wait(timeout=10)
 
 
-@pytest.fixture
-def s3_settings(moto_endpoint: str) -> RepositorySettings:
-    """Settings of an s3 repository over a fresh bucket on the moto server."""
+@pytest.fixture(scope="session")
+def moto_client(moto_endpoint: str) -> Iterator[Any]:
+    """A plain boto3 client on the moto server (creating clients is slow: share one)."""
     import boto3
 
-    bucket = f"repo-{uuid.uuid4().hex[:12]}"
     client = boto3.client(
         "s3",
         endpoint_url=moto_endpoint,
@@ -88,8 +88,15 @@ def s3_settings(moto_endpoint: str) -> RepositorySettings:
         aws_secret_access_key="testing",
         region_name="us-east-1",
     )
-    client.create_bucket(Bucket=bucket)
+    yield client
     client.close()
+
+
+@pytest.fixture
+def s3_settings(moto_endpoint: str, moto_client: Any) -> RepositorySettings:
+    """Settings of an s3 repository over a fresh bucket on the moto server."""
+    bucket = f"repo-{uuid.uuid4().hex[:12]}"
+    moto_client.create_bucket(Bucket=bucket)
     return RepositorySettings(
         type="s3",
         endpoint_url=moto_endpoint,

@@ -90,3 +90,26 @@ def test_cleanup(s3: S3Repository) -> None:
     assert sorted(removed) == sorted([orphan, w.data_key])
     assert list(s3.keys()) == [kept]
     assert s3.client.list_multipart_uploads(Bucket=s3.bucket).get("Uploads", []) == []
+
+
+def test_proxy_migrates_from_s3_to_sfs(s3: S3Repository, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from crossbeat.repositories import ProxyRepository
+    from crossbeat.repositories.sfs import SfsRepository
+
+    local = SfsRepository("local", tmp_path, chunk_size=4096)
+    proxy = ProxyRepository("migrate", {"cloud": s3, "local": local}, "local")
+    data = os.urandom(10_000)
+    key = s3.put_bytes(data).dataKey
+    assert proxy.location(key).location == "cloud"  # type: ignore[union-attr]
+    with local.writer(key, locked=True) as w:  # copy stage
+        for piece in proxy.read(key):
+            w.write(piece)
+        w.commit()
+    local.unlock(key)
+    s3.lock(key)
+    assert proxy.location(key).location == "local"  # type: ignore[union-attr]
+    assert proxy.wait_for_readers(key, timeout=5)  # wait stage
+    s3.delete(key)  # delete stage
+    assert proxy.read_bytes(key, 100, 200) == data[100:200]
+    proxy.delete(key)
+    assert proxy.stat(key) is None
