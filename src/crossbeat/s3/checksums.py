@@ -1,4 +1,4 @@
-"""S3 flexible checksums: CRC32, CRC32C, CRC64NVME, SHA1, SHA256.
+"""S3 flexible checksums: CRC32, CRC32C, CRC64NVME, SHA1, SHA256 (and SHA512, MD5, XXHASH*).
 
 A checksum value on the wire (`x-amz-checksum-<alg>` header or trailer, `<ChecksumCRC32>` in
 XML) is the base64 of the big-endian digest. `new_hasher` gives a streaming hasher;
@@ -22,10 +22,17 @@ from awscrt import checksums as _crt
 
 from crossbeat.s3.errors import S3Error
 
-ALGORITHMS = ("CRC32", "CRC32C", "CRC64NVME", "SHA1", "SHA256")
+# the classic five, then the ones botocore ≥ 1.40 also offers (S3's ChecksumAlgorithm enum)
+ALGORITHMS = (
+    "CRC32", "CRC32C", "CRC64NVME", "SHA1", "SHA256",
+    "SHA512", "MD5", "XXHASH64", "XXHASH3", "XXHASH128",
+)  # fmt: skip
 
 # digest length in bytes, per algorithm
-DIGEST_SIZES: dict[str, int] = {"CRC32": 4, "CRC32C": 4, "CRC64NVME": 8, "SHA1": 20, "SHA256": 32}
+DIGEST_SIZES: dict[str, int] = {
+    "CRC32": 4, "CRC32C": 4, "CRC64NVME": 8, "SHA1": 20, "SHA256": 32,
+    "SHA512": 64, "MD5": 16, "XXHASH64": 8, "XXHASH3": 8, "XXHASH128": 16,
+}  # fmt: skip
 
 COMPOSITE = "COMPOSITE"
 FULL_OBJECT = "FULL_OBJECT"
@@ -86,6 +93,37 @@ class _HashlibHasher:
         return base64.b64encode(self._h.digest()).decode("ascii")
 
 
+class _XxHasher:
+    """awscrt's XXHash; its digest is final, so it is computed once and kept."""
+
+    __slots__ = ("algorithm", "_h", "_digest")
+
+    _FACTORIES = {
+        "XXHASH64": _crt.XXHash.new_xxhash64,
+        "XXHASH3": _crt.XXHash.new_xxhash3_64,
+        "XXHASH128": _crt.XXHash.new_xxhash3_128,
+    }
+
+    def __init__(self, algorithm: str) -> None:
+        self.algorithm = algorithm
+        self._h = self._FACTORIES[algorithm]()
+        self._digest: bytes | None = None
+
+    def update(self, data: bytes | bytearray | memoryview) -> None:
+        if self._digest is not None:
+            raise ValueError("update after digest")
+        # awscrt's XXHash takes only read-only buffers
+        self._h.update(data if isinstance(data, bytes) else bytes(data))
+
+    def digest(self) -> bytes:
+        if self._digest is None:
+            self._digest = bytes(self._h.finalize())
+        return self._digest
+
+    def b64(self) -> str:
+        return base64.b64encode(self.digest()).decode("ascii")
+
+
 class _CrcFn(Protocol):
     def __call__(self, data: bytes | bytearray | memoryview, previous: int, /) -> int: ...
 
@@ -119,6 +157,8 @@ def new_hasher(algorithm: str) -> Hasher:
     fn = _CRC_FUNCTIONS.get(alg)
     if fn is not None:
         return _CrcHasher(alg, fn, DIGEST_SIZES[alg])
+    if alg.startswith("XXHASH"):
+        return _XxHasher(alg)
     return _HashlibHasher(alg)
 
 
@@ -148,7 +188,7 @@ def combine_parts(
     """The object checksum of a multipart upload from its parts' checksums, in part order.
 
     Returns `(value, checksum_type)`:
-    - `COMPOSITE` (default for CRC32, CRC32C, SHA1, SHA256): the algorithm applied to the
+    - `COMPOSITE` (default for all but CRC64NVME): the algorithm applied to the
       concatenated part digests, base64, then `-N` (N = number of parts) — what S3 returns.
     - `FULL_OBJECT` (default and only choice for CRC64NVME; allowed for the CRCs): the CRC of
       the whole object, combined from part CRCs and part sizes with awscrt's `combine_*`

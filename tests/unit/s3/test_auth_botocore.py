@@ -358,3 +358,44 @@ def test_random_keys_verify(recorders: dict[str, _Recorder], key: str, prefix: s
             code(Wire("GET", w.raw_path + b"x", w.query_string, w.headers, b""))
             == "SignatureDoesNotMatch"
         )
+
+
+@pytest.mark.usefixtures("fixed_time")
+@pytest.mark.parametrize("scheme", ["http", "https"])
+@pytest.mark.parametrize(
+    "algorithm",
+    [
+        "CRC32",
+        "CRC32C",
+        "CRC64NVME",
+        "SHA1",
+        "SHA256",
+        "SHA512",
+        "XXHASH64",
+        "XXHASH3",
+        "XXHASH128",
+    ],
+)
+def test_put_object_each_checksum_algorithm(scheme: str, algorithm: str) -> None:
+    data = bytes(range(256)) * 40
+    w = capture(
+        client(scheme),
+        "put_object",
+        Bucket="bucket",
+        Key="k",
+        Body=data,
+        ChecksumAlgorithm=algorithm,
+    )
+    ctx = check(w)
+    d = BodyDecoder(ctx, w.header_dict())
+    assert d.feed(w.body) == data
+    sums = d.finish()
+    assert sums.algorithm == algorithm
+    sent = w.header_dict().get(f"x-amz-checksum-{algorithm.lower()}")
+    if sent is None:  # https: sent as a trailer
+        sent = (
+            w.body.rsplit(f"x-amz-checksum-{algorithm.lower()}:".encode(), 1)[1]
+            .split(b"\r\n")[0]
+            .decode()
+        )
+    assert sums.headers() == {f"x-amz-checksum-{algorithm.lower()}": sent}

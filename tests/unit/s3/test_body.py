@@ -387,10 +387,10 @@ def test_no_checksum_asked_no_checksum_echoed() -> None:
     "headers",
     [
         {"x-amz-checksum-crc32": "DUoRhQ==", "x-amz-checksum-sha1": "Kq5sNclPz7QV2+lfQIuc6R7oRu0="},
-        {"x-amz-checksum-md5": "AAAAAA=="},
+        {"x-amz-checksum-crc16": "AAA="},
         {"x-amz-checksum-crc32": "not-base64"},
         {"x-amz-checksum-crc32": "AAAAAAAA"},  # wrong length
-        {"x-amz-sdk-checksum-algorithm": "MD5"},
+        {"x-amz-sdk-checksum-algorithm": "CRC16"},
         {"x-amz-sdk-checksum-algorithm": "SHA1", "x-amz-checksum-crc32": "DUoRhQ=="},
         {"x-amz-trailer": "x-amz-checksum-crc32"},  # trailer on a plain body
     ],
