@@ -7,6 +7,7 @@ pyspark or uvicorn imports.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 
 import click
 
@@ -26,7 +27,7 @@ class LazyGroup(click.Group):
     """A group that imports each subcommand's module on first use."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
-        return sorted(SUBCOMMANDS)
+        return sorted(n for n in SUBCOMMANDS if importlib.util.find_spec(SUBCOMMANDS[n].split(":")[0]))
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         target = SUBCOMMANDS.get(cmd_name)

