@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
-from crossbeat.repositories import NoSuchData, RepositoryError
+from crossbeat.repositories import Location, NoSuchData, RepositoryError
 from crossbeat.repositories.s3 import S3Repository
 from crossbeat.repositories.settings import RepositorySettings
 
@@ -92,7 +93,7 @@ def test_cleanup(s3: S3Repository) -> None:
     assert s3.client.list_multipart_uploads(Bucket=s3.bucket).get("Uploads", []) == []
 
 
-def test_proxy_migrates_from_s3_to_sfs(s3: S3Repository, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_proxy_migrates_from_s3_to_sfs(s3: S3Repository, tmp_path: Path) -> None:
     from crossbeat.repositories import ProxyRepository
     from crossbeat.repositories.sfs import SfsRepository
 
@@ -100,14 +101,14 @@ def test_proxy_migrates_from_s3_to_sfs(s3: S3Repository, tmp_path) -> None:  # t
     proxy = ProxyRepository("migrate", {"cloud": s3, "local": local}, "local")
     data = os.urandom(10_000)
     key = s3.put_bytes(data).dataKey
-    assert proxy.location(key).location == "cloud"  # type: ignore[union-attr]
+    assert proxy.location(key) == Location("cloud", key, 10_000)
     with local.writer(key, locked=True) as w:  # copy stage
         for piece in proxy.read(key):
             w.write(piece)
         w.commit()
     local.unlock(key)
     s3.lock(key)
-    assert proxy.location(key).location == "local"  # type: ignore[union-attr]
+    assert proxy.location(key) == Location("local", key, 10_000)
     assert proxy.wait_for_readers(key, timeout=5)  # wait stage
     s3.delete(key)  # delete stage
     assert proxy.read_bytes(key, 100, 200) == data[100:200]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pydantic import ValidationError
@@ -24,13 +25,14 @@ def test_location_json_round_trip() -> None:
     loc = Location("default", "abc123", 42)
     assert loc.to_json() == {"location": "default", "dataKey": "abc123", "size": 42}
     assert Location.from_json(loc.to_json()) == loc
-    for bad in [
+    bads: list[dict[str, Any]] = [
         {},
         {"location": "a", "dataKey": "b"},
         {"location": 1, "dataKey": "b", "size": 1},
         {"location": "a", "dataKey": "b", "size": -1},
         {"location": "a", "dataKey": "b", "size": True},
-    ]:
+    ]
+    for bad in bads:
         with pytest.raises(RepositoryError):
             Location.from_json(bad)
 

@@ -42,14 +42,14 @@ def test_sigkill_mid_write_loses_nothing_acknowledged(tmp_path: Path) -> None:
         line = proc.stdout.readline()
         if not line:
             break
-        key, size = line.split()
-        acked[key] = int(size)
+        key, size_text = line.split()
+        acked[key] = int(size_text)
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=30)
     # Lines written before the kill but not yet read are acknowledged too.
     for line in proc.stdout.read().splitlines():
-        key, size = line.split()
-        acked[key] = int(size)
+        key, size_text = line.split()
+        acked[key] = int(size_text)
     assert len(acked) >= 150, "the writer did not get going"
 
     repo = SfsRepository("crash", root, chunk_size=1024)
