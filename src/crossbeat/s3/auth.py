@@ -114,6 +114,8 @@ def authenticate(
     InvalidArgument, InvalidRequest, NotImplemented (SigV4a). Changes nothing.
     """
     now = now or datetime.now(UTC)
+    if now.tzinfo is None:
+        now = now.replace(tzinfo=UTC)  # a naive `now` is taken as UTC
     hdrs = _header_map(headers)
     query = _parse_query(query_string)
     qnames = {name for name, _ in query}

@@ -369,3 +369,9 @@ def test_canonical_uri_and_query() -> None:
     ]
     assert canonical_query(q) == "a=1&a=2&prefix=a%20b%2F&uploads=&x-id=GetObject"
     assert canonical_query([(b"p", b"a+b")]) == "p=a%2Bb"
+
+
+@needs_captures
+def test_naive_now_is_utc() -> None:
+    cap = CAPTURES[0]
+    auth(cap, now=capture_now(cap).replace(tzinfo=None))
