@@ -166,7 +166,29 @@ def decode_request(frame: bytes | bytearray | memoryview) -> Request:
             f"malformed {spec.name} v{version} request (correlation id {correlation_id}): "
             f"{type(exc).__name__}: {exc}"
         ) from exc
+    _check_nulls(body, version, spec.name)
     return Request(spec, version, correlation_id, body.header.client_id, body)
+
+
+def _check_nulls(obj: Any, version: int, where: str) -> None:
+    """Raise ProtocolError for a null where the schema forbids one.
+
+    kafka-python decodes a -1 length as None for any string or array, nullable or not;
+    handlers may rely on the schema instead of checking every field.
+    """
+    for fld in obj._struct.untagged_fields(version):
+        value = getattr(obj, fld.name)
+        if value is None:
+            if not fld.nullable_for_version_q(version):
+                raise ProtocolError(f"malformed {where} request: null {fld.name}")
+        elif isinstance(value, list):
+            for item in value:
+                if item is None:
+                    raise ProtocolError(f"malformed {where} request: null in {fld.name}")
+                if hasattr(item, "_struct"):
+                    _check_nulls(item, version, where)
+        elif hasattr(value, "_struct"):
+            _check_nulls(value, version, where)
 
 
 def encode_response(request: Request, response: Any) -> bytes:

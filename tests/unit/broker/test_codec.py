@@ -1,0 +1,103 @@
+"""Round trips through the server-side codec for every API at both ends of its range."""
+
+from __future__ import annotations
+
+import contextlib
+import struct
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from crossbeat.broker.codec import (
+    APIS,
+    ProtocolError,
+    Request,
+    UnsupportedVersion,
+    decode_request,
+    encode_response,
+    unsupported_api_versions,
+)
+
+VERSIONS = [(key, v) for key, s in APIS.items() for v in sorted({s.min_version, s.max_version})]
+
+
+def sample_request(key: int, version: int) -> Any:
+    """A request body with every field left at its schema default (valid at any version)."""
+    return APIS[key].request(version=version)
+
+
+def frame(body: Any, correlation_id: int = 11, client_id: str = "unit") -> bytes:
+    body.with_header(correlation_id=correlation_id, client_id=client_id)
+    return bytes(body.encode(header=True, framed=True))[4:]
+
+
+@pytest.mark.parametrize(("key", "version"), VERSIONS)
+def test_request_round_trip(key: int, version: int) -> None:
+    req = decode_request(frame(sample_request(key, version)))
+    assert (req.spec.key, req.version, req.correlation_id, req.client_id) == (key, version, 11, "unit")
+
+
+@pytest.mark.parametrize(("key", "version"), VERSIONS)
+def test_response_round_trip(key: int, version: int) -> None:
+    spec = APIS[key]
+    encoded = encode_response(Request(spec, version, 99, "c", None), spec.response(version=version))
+    (size,) = struct.unpack(">i", encoded[:4])
+    assert size == len(encoded) - 4
+    decoded = spec.response.decode(bytes(encoded[4:]), version=version, header=True)
+    assert decoded.header.correlation_id == 99
+
+
+def test_metadata_request_fields_survive() -> None:
+    m = APIS[3].request
+    body = m(version=8, topics=[m.MetadataRequestTopic(name="orders")],
+             allow_auto_topic_creation=False)
+    req = decode_request(frame(body))
+    assert [t.name for t in req.body.topics] == ["orders"]
+    assert req.body.allow_auto_topic_creation is False
+
+
+def test_unknown_key_and_version_are_protocol_errors() -> None:
+    with pytest.raises(ProtocolError, match="unknown api key 999"):
+        decode_request(struct.pack(">hhih", 999, 0, 1, -1))
+    with pytest.raises(UnsupportedVersion) as info:
+        decode_request(struct.pack(">hhih", 0, 2, 5, -1))  # Produce v2 < our v3
+    assert info.value.correlation_id == 5
+    with pytest.raises(ProtocolError, match="shorter than a header"):
+        decode_request(b"\x00\x01")
+
+
+def test_unsupported_api_versions_is_v0_with_error_35() -> None:
+    data = unsupported_api_versions(77)
+    resp = APIS[18].response.decode(bytes(data[4:]), version=0, header=True)
+    assert resp.header.correlation_id == 77 and resp.error_code == 35
+    assert {k.api_key for k in resp.api_keys} == set(APIS)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.binary(max_size=512))
+def test_random_bytes_never_escape_as_other_exceptions(data: bytes) -> None:
+    with contextlib.suppress(ProtocolError):
+        decode_request(data)
+
+
+VALID_FRAMES = [frame(sample_request(k, v)) for k, v in VERSIONS]
+
+
+@settings(max_examples=600, deadline=None)
+@given(st.sampled_from(VALID_FRAMES), st.data())
+def test_mutated_valid_frames_decode_or_raise_protocol_error(base: bytes, data: st.DataObject) -> None:
+    buf = bytearray(base)
+    for _ in range(data.draw(st.integers(1, 6))):
+        action = data.draw(st.sampled_from(["flip", "truncate", "insert"]))
+        if action == "flip" and buf:
+            i = data.draw(st.integers(0, len(buf) - 1))
+            buf[i] = data.draw(st.integers(0, 255))
+        elif action == "truncate" and buf:
+            del buf[data.draw(st.integers(0, len(buf) - 1)):]
+        else:
+            i = data.draw(st.integers(0, len(buf)))
+            buf[i:i] = data.draw(st.binary(min_size=1, max_size=8))
+    with contextlib.suppress(ProtocolError):
+        decode_request(bytes(buf))
