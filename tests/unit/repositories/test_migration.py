@@ -1,0 +1,77 @@
+"""Seed 003 migration of single objects between two sfs repositories behind a proxy."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from crossbeat.repositories import ProxyRepository, RepositoryError
+from crossbeat.repositories.migration import Outcome, migrate_object
+from crossbeat.repositories.sfs import SfsRepository
+
+
+@pytest.fixture
+def pair(tmp_path: Path) -> tuple[SfsRepository, SfsRepository, ProxyRepository]:
+    old = SfsRepository("old", tmp_path / "old", chunk_size=100)
+    new = SfsRepository("new", tmp_path / "new", chunk_size=300)
+    return old, new, ProxyRepository("p", {"old": old, "new": new}, "new")
+
+
+def test_migrates_and_is_idempotent(
+    pair: tuple[SfsRepository, SfsRepository, ProxyRepository],
+) -> None:
+    old, new, proxy = pair
+    data = bytes(range(256)) * 7
+    key = old.put_bytes(data).dataKey
+    wait = lambda k: proxy.wait_for_readers(k, timeout=5)  # noqa: E731
+    assert migrate_object(old, new, key, wait_for_readers=wait) is Outcome.COPIED
+    assert old.stat(key) is None
+    assert new.read_bytes(key) == data and proxy.read_bytes(key) == data
+    assert migrate_object(old, new, key) is Outcome.ALREADY_MIGRATED
+    assert migrate_object(old, new, "neverexisted") is Outcome.ABSENT
+
+
+def test_resumes_after_an_interrupted_copy(
+    pair: tuple[SfsRepository, SfsRepository, ProxyRepository],
+) -> None:
+    old, new, proxy = pair
+    data = b"q" * 1000
+    key = old.put_bytes(data).dataKey
+    with new.writer(key, locked=True) as w:  # a copy that was cut short and committed wrong
+        w.write(b"q" * 10)
+        w.commit()
+    assert proxy.read_bytes(key) == data  # still served from the old repository
+    assert migrate_object(old, new, key) is Outcome.COPIED
+    assert proxy.read_bytes(key) == data and old.stat(key) is None
+
+
+def test_resumes_after_the_lock_switch(
+    pair: tuple[SfsRepository, SfsRepository, ProxyRepository],
+) -> None:
+    old, new, proxy = pair
+    key = old.put_bytes(b"switched").dataKey
+    with new.writer(key, locked=True) as w:
+        w.write(b"switched")
+        w.commit()
+    new.unlock(key)
+    old.lock(key)  # crashed before the delete stage
+    assert migrate_object(old, new, key) is Outcome.ALREADY_MIGRATED
+    assert old.stat(key) is None and proxy.read_bytes(key) == b"switched"
+
+
+def test_keeps_the_old_copy_while_readers_remain(
+    pair: tuple[SfsRepository, SfsRepository, ProxyRepository],
+) -> None:
+    old, new, proxy = pair
+    key = old.put_bytes(b"r" * 500).dataKey
+    stream = proxy.read(key)
+    next(stream)  # a reader of the old copy is mid-stream
+    with pytest.raises(RepositoryError, match="readers"):
+        migrate_object(old, new, key, wait_for_readers=lambda k: proxy.wait_for_readers(k, 0.05))
+    stat = old.stat(key)
+    assert stat is not None and stat.locked  # kept, locked
+    assert b"".join(stream) == b"r" * 400  # the old reader finishes undisturbed
+    assert proxy.read_bytes(key) == b"r" * 500  # new reads go to the copy
+    assert migrate_object(old, new, key) is Outcome.ALREADY_MIGRATED
+    assert old.stat(key) is None
