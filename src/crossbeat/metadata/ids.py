@@ -9,7 +9,8 @@ Across processes they are time-ordered to the millisecond, the random tail break
 
 from __future__ import annotations
 
-import secrets
+import os
+import random
 import threading
 import time
 
@@ -17,6 +18,9 @@ _ALPHABET = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"  # Crockford base32: ASCII-sorted
 _lock = threading.Lock()
 _last_ms = 0
 _counter = 0
+# Seeded once from the OS; ids need uniqueness, not secrecy, and os.urandom per id releases
+# the GIL on every call, which stalls a busy event loop behind worker threads.
+_rng = random.Random(os.urandom(32))
 
 
 def _b32(value: int, width: int) -> str:
@@ -46,9 +50,9 @@ def new_version_id() -> str:
     """A new time-ordered, URL-safe version id (26 chars), greater than every earlier one."""
     ms, counter = _next_stamp()
     # 10 chars of time (50 bits ≥ 48), 7 of counter (35 bits ≥ 32), 9 of randomness (45 bits).
-    return _b32(ms, 10) + _b32(counter, 7) + _b32(secrets.randbits(45), 9)
+    return _b32(ms, 10) + _b32(counter, 7) + _b32(_rng.getrandbits(45), 9)
 
 
 def new_upload_id() -> str:
     """A new multipart upload id: time-ordered like version ids, so listing by id is by age."""
-    return new_version_id() + _b32(secrets.randbits(30), 6)
+    return new_version_id() + _b32(_rng.getrandbits(30), 6)

@@ -70,12 +70,15 @@ async def head_bucket(gw: Gateway, req: Request, p: Principal) -> Response:
 
 async def delete_bucket(gw: Gateway, req: Request, p: Principal) -> Response:
     await gw.bucket(req.bucket, p)
+    gw.forget_bucket(req.bucket)
     try:
         await gw.run(gw.store.delete_bucket, req.bucket)
     except BucketNotEmpty as exc:
         raise S3Error("BucketNotEmpty", resource=f"/{req.bucket}", extra={"BucketName": req.bucket}) from exc
     except NoSuchBucket as exc:
         raise S3Error("NoSuchBucket", resource=f"/{req.bucket}") from exc
+    finally:
+        gw.forget_bucket(req.bucket)
     return Response(status=204)
 
 
@@ -105,6 +108,7 @@ async def put_versioning(gw: Gateway, req: Request, p: Principal, ctx: Any) -> R
             status=409,
         )
     await gw.run(gw.store.update_bucket, req.bucket, versioning=status)
+    gw.forget_bucket(req.bucket)
     return Response()
 
 
@@ -112,6 +116,7 @@ async def put_replication(gw: Gateway, req: Request, p: Principal, ctx: Any) -> 
     bucket = await gw.bucket(req.bucket, p)
     config = replication_config.parse_replication(await read_document(req, ctx), bucket.versioning)
     await gw.run(gw.store.update_bucket, req.bucket, replication=config)
+    gw.forget_bucket(req.bucket)
     return Response()
 
 
@@ -119,6 +124,7 @@ async def put_notification(gw: Gateway, req: Request, p: Principal, ctx: Any) ->
     await gw.bucket(req.bucket, p)
     config = notification_config.parse_notification(await read_document(req, ctx))
     await gw.run(gw.store.update_bucket, req.bucket, notification=config or None)
+    gw.forget_bucket(req.bucket)
     return Response()
 
 
@@ -128,6 +134,7 @@ async def put_tagging(gw: Gateway, req: Request, p: Principal, ctx: Any) -> Resp
     attrs = dict(bucket.attrs)
     attrs["tags"] = tags
     await gw.run(gw.store.update_bucket, req.bucket, attrs=attrs)
+    gw.forget_bucket(req.bucket)
     return Response(status=204)
 
 
@@ -206,4 +213,5 @@ async def delete_sub(gw: Gateway, req: Request, p: Principal, sub: str) -> Respo
         attrs = dict(bucket.attrs)
         attrs.pop("tags", None)
         await gw.run(gw.store.update_bucket, req.bucket, attrs=attrs)
+    gw.forget_bucket(req.bucket)
     return Response(status=204)

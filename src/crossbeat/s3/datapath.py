@@ -44,22 +44,34 @@ class Written:
         return self.checksums.md5_hex
 
 
-async def write_body(gw: Gateway, req: Request, ctx: AuthContext, repo: Repository) -> Written:
-    """Decode, verify and store the request body in `repo`; abort on any failure."""
+async def write_body(
+    gw: Gateway,
+    req: Request,
+    ctx: AuthContext,
+    repo: Repository,
+    then: Callable[[Written], T] | None = None,
+) -> tuple[Written, T | None]:
+    """Decode, verify and store the request body in `repo`; abort on any failure.
+
+    `then(written)` (blocking; typically the metadata commit) runs on a worker thread right
+    after the data is durable; if it raises, the data is deleted. Small bodies are decoded,
+    verified, written and committed in ONE worker call: hashing and file I/O stay off the
+    event loop, and the request costs a single thread hand-off.
+    """
     decoder = BodyDecoder(ctx, req.headers)
     length = decoder.decoded_length
     if length is not None and length > gw.settings.max_object_bytes:
         raise S3Error("EntityTooLarge")
     if length is not None and length <= gw.settings.small_object_bytes:
-        parts: list[bytes] = []
+        raw_parts: list[bytes] = []
+        raw_limit = 2 * gw.settings.small_object_bytes + 65536  # room for aws-chunked framing
+        total = 0
         async for raw in req.body_chunks():
-            piece = decoder.feed(raw)
-            if piece:
-                parts.append(piece)
-        checksums = decoder.finish()
-        data = b"".join(parts)
-        location = await gw.run(_write_whole, repo, data)
-        return Written(location, checksums)
+            total += len(raw)
+            if total > raw_limit:
+                raise S3Error("IncompleteBody", "The body is longer than its declared length.")
+            raw_parts.append(raw)
+        return await gw.run(_store_small, decoder, b"".join(raw_parts), repo, then)
 
     writer = await gw.run(repo.writer)
     try:
@@ -82,9 +94,31 @@ async def write_body(gw: Gateway, req: Request, ctx: AuthContext, repo: Reposito
         if pending:
             await gw.run(writer.write, b"".join(pending))
         location = await gw.run(writer.commit)
-        return Written(location, checksums)
     except BaseException:
         await asyncio.shield(gw.run(writer.abort))
+        raise
+    written = Written(location, checksums)
+    if then is None:
+        return written, None
+    return written, await gw.run(_then, repo, written, then)
+
+
+def _store_small(
+    decoder: BodyDecoder, raw: bytes, repo: Repository, then: Callable[[Written], T] | None
+) -> tuple[Written, T | None]:
+    data = decoder.feed(raw)
+    checksums = decoder.finish()
+    written = Written(_write_whole(repo, data), checksums)
+    if then is None:
+        return written, None
+    return written, _then(repo, written, then)
+
+
+def _then(repo: Repository, written: Written, then: Callable[[Written], T]) -> T:
+    try:
+        return then(written)
+    except BaseException:
+        repo.delete(written.location.dataKey)
         raise
 
 
@@ -166,6 +200,11 @@ async def _stream(
             it = await gw.run(queue.pop(0)) if queue else None
             continue
         yield chunk
+
+
+def read_range_sync(gw: Gateway, meta: dict[str, Any], start: int, end: int) -> bytes:
+    """Bytes [start, end) of a stored object, read whole (worker thread; small ranges)."""
+    return _read_all(gw, _slices(meta.get("location") or [], start, end))
 
 
 async def read_all(gw: Gateway, meta: dict[str, Any], start: int = 0, end: int | None = None) -> bytes:

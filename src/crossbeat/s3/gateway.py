@@ -42,6 +42,10 @@ class Gateway:
         self.repositories = repositories
         self.principals = principals
         self.executor = ThreadPoolExecutor(settings.worker_threads, thread_name_prefix="s3")
+        # Buckets by name. Only this process writes this store, and every bucket change goes
+        # through `forget_bucket`, so the cache never serves a stale bucket for longer than
+        # the change's own request.
+        self._buckets: dict[str, Bucket] = {}
 
     # -- construction -------------------------------------------------------------------
     @classmethod
@@ -97,9 +101,17 @@ class Gateway:
             return constraint
         raise S3Error("InvalidLocationConstraint", f"unknown location constraint {constraint!r}")
 
+    def forget_bucket(self, name: str) -> None:
+        """Drop a bucket from the cache after it changed."""
+        self._buckets.pop(name, None)
+
     async def bucket(self, name: str, principal: Principal) -> Bucket:
         """The bucket if it exists and `principal` owns it; S3 errors otherwise."""
-        bucket = await self.run(self.store.get_bucket, name)
+        bucket = self._buckets.get(name)
+        if bucket is None:
+            bucket = await self.run(self.store.get_bucket, name)
+            if bucket is not None:
+                self._buckets[name] = bucket
         if bucket is None:
             raise S3Error("NoSuchBucket", resource=f"/{name}", extra={"BucketName": name})
         if bucket.owner != principal.access_key:

@@ -140,7 +140,7 @@ async def put_data(gw: Gateway, req: Request, ctx: Any, bucket_name: str) -> Res
     if bucket is None:
         return json_response({"error": "NoSuchBucket", "bucket": bucket_name}, status=404)
     repo = gw.repository(req.query["location"]) if "location" in req.query else gw.location_for(bucket)
-    written = await write_body(gw, req, ctx, repo)
+    written, _ = await write_body(gw, req, ctx, repo)
     return json_response({"location": [written.location.to_json()], "md5": written.md5_hex})
 
 

@@ -98,7 +98,7 @@ async def upload_part(gw: Gateway, req: Request, p: Principal, ctx: Any) -> Resp
     bucket = await gw.bucket(req.bucket, p)
     number = _part_number(req)
     upload = await _upload(gw, req)
-    written = await write_body(gw, req, ctx, gw.location_for(bucket))
+    written, _ = await write_body(gw, req, ctx, gw.location_for(bucket))
     cs = written.checksums
     part = {
         "partNumber": number,

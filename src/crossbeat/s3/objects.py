@@ -15,7 +15,7 @@ from crossbeat.repositories import Location, Repository
 from crossbeat.s3 import xmldoc
 from crossbeat.s3.auth import Principal
 from crossbeat.s3.buckets import acl_xml
-from crossbeat.s3.datapath import open_read, read_document, write_body
+from crossbeat.s3.datapath import Written, open_read, read_document, read_range_sync, write_body
 from crossbeat.s3.errors import S3Error
 from crossbeat.s3.http import Request, Response, xml_response
 from crossbeat.s3.objectmeta import (
@@ -127,40 +127,40 @@ async def put_object(gw: Gateway, req: Request, p: Principal, ctx: Any) -> Respo
     bucket = await gw.bucket(req.bucket, p)
     tags = parse_tagging_header(req.headers.get("x-amz-tagging"))
     umeta = user_metadata(req.headers)
-    written = await write_body(gw, req, ctx, gw.location_for(bucket))
-    meta = new_meta(
-        bucket,
-        req.key,
-        size=written.size,
-        etag=written.md5_hex,
-        location=[written.location.to_json()],
-        headers=req.headers,
-        tags=tags,
-        content_type=req.headers.get("content-type"),
-        user_meta=umeta,
-        sys_headers=system_headers(req.headers),
-    )
-    cs = written.checksums
-    if cs.algorithm and cs.value_b64:
-        meta["checksum"] = {"algorithm": cs.algorithm, "value": cs.value_b64, "type": "FULL_OBJECT"}
-    await commit_version(gw, meta, [written.location], write_precondition(req.headers))
+    sys_headers = system_headers(req.headers)
+    precondition = write_precondition(req.headers)
+
+    def commit(written: Written) -> dict[str, Any]:
+        # runs on a worker thread, right after the data is durable
+        meta = new_meta(
+            bucket, req.key, size=written.size, etag=written.md5_hex,
+            location=[written.location.to_json()], headers=req.headers, tags=tags,
+            content_type=req.headers.get("content-type"), user_meta=umeta, sys_headers=sys_headers,
+        )
+        cs = written.checksums
+        if cs.algorithm and cs.value_b64:
+            meta["checksum"] = {"algorithm": cs.algorithm, "value": cs.value_b64, "type": "FULL_OBJECT"}
+        displaced = gw.store.put_version(meta, precondition=precondition)
+        gw.free_now(displaced)
+        return meta
+
+    written, meta = await write_body(gw, req, ctx, gw.location_for(bucket), then=commit)
+    assert meta is not None
     headers = _write_headers(bucket, meta)
-    headers.update(cs.headers())
+    headers.update(written.checksums.headers())
     return Response(headers=headers)
 
 
-async def lookup(gw: Gateway, bucket: str, key: str, version_id: str | None) -> dict[str, Any]:
-    """The addressed version, or the S3 error GET/HEAD return for it."""
-    meta = await gw.run(gw.store.get_version, bucket, key, version_id)
+def lookup_sync(gw: Gateway, bucket: str, key: str, version_id: str | None) -> dict[str, Any]:
+    """The addressed version, or the S3 error GET/HEAD return for it (worker thread)."""
+    meta = gw.store.get_version(bucket, key, version_id)
     resource = f"/{bucket}/{key}"
     if meta is None:
         if version_id is not None:
             raise S3Error("NoSuchVersion", resource=resource, extra={"Key": key, "VersionId": version_id})
         raise S3Error("NoSuchKey", resource=resource, extra={"Key": key})
     if meta.get("isDeleteMarker"):
-        marker_headers = {"x-amz-delete-marker": "true", "x-amz-version-id": meta["versionId"],
-                          "last-modified": ""}
-        marker_headers.pop("last-modified")
+        marker_headers = {"x-amz-delete-marker": "true", "x-amz-version-id": meta["versionId"]}
         if version_id is not None:
             marker_headers["allow"] = "DELETE"
             raise S3Error("MethodNotAllowed", resource=resource, headers=marker_headers)
@@ -168,18 +168,23 @@ async def lookup(gw: Gateway, bucket: str, key: str, version_id: str | None) -> 
     return meta
 
 
-async def get_object(gw: Gateway, req: Request, p: Principal, head: bool) -> Response:
-    bucket = await gw.bucket(req.bucket, p)
-    meta = await lookup(gw, req.bucket, req.key, req.query.get("versionId"))
+async def lookup(gw: Gateway, bucket: str, key: str, version_id: str | None) -> dict[str, Any]:
+    return await gw.run(lookup_sync, gw, bucket, key, version_id)
+
+
+def _prepare_get(
+    gw: Gateway, req: Request, versioned: bool, head: bool
+) -> tuple[int, dict[str, str], dict[str, Any], int, int, bytes | None]:
+    """Everything GET/HEAD needs, in one worker call: the version, preconditions, range,
+    headers, and for small objects the bytes themselves."""
+    meta = lookup_sync(gw, req.bucket, req.key, req.query.get("versionId"))
     check_conditionals(meta, req.headers)
     size = int(meta["size"])
-    headers = object_headers(meta, bool(bucket.versioning))
+    headers = object_headers(meta, versioned)
     rng: tuple[int, int] | None
     part_number = req.query.get("partNumber")
     if part_number is not None:
         rng = _part_range(meta, part_number)
-        if rng is not None and meta.get("parts"):
-            headers["content-range"] = f"bytes {rng[0]}-{rng[1] - 1}/{size}"
     else:
         rng = parse_range(req.headers.get("range"), size)
     for param, header in RESPONSE_OVERRIDES.items():
@@ -194,8 +199,19 @@ async def get_object(gw: Gateway, req: Request, p: Principal, head: bool) -> Res
     elif req.headers.get("x-amz-checksum-mode", "").upper() == "ENABLED":
         headers.update(checksum_headers(meta))
     headers["content-length"] = str(end - start)
+    data = None
+    if not head and end - start <= gw.settings.small_object_bytes:
+        data = read_range_sync(gw, meta, start, end)
+    return status, headers, meta, start, end, data
+
+
+async def get_object(gw: Gateway, req: Request, p: Principal, head: bool) -> Response:
+    bucket = await gw.bucket(req.bucket, p)
+    status, headers, meta, start, end, data = await gw.run(_prepare_get, gw, req, bool(bucket.versioning), head)
     if head:
         return Response(status=status, headers=headers)
+    if data is not None:
+        return Response(status=status, headers=headers, body=data)
     stream = await open_read(gw, meta, start, end)
     return Response(status=status, headers=headers, stream=stream)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import socket
+import sys
 from collections.abc import Callable
 
 import uvicorn
@@ -47,6 +48,9 @@ def serve(gw: Gateway, sock: socket.socket, on_ready: Callable[[str], None] | No
         timeout_keep_alive=75,
         backlog=2048,
     )
+    # Worker threads (file I/O, SQLite) hold the GIL between their blocking calls; a short
+    # switch interval keeps the event loop from queueing 5 ms behind them at each hand-back.
+    sys.setswitchinterval(0.0005)
     server = uvicorn.Server(config)
     host, port = sock.getsockname()[:2]
     url = f"{'https' if tls else 'http'}://{host}:{port}"
