@@ -1,0 +1,188 @@
+"""confluent-kafka calls the streaming source makes (no pyspark here, testable alone)."""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import orjson
+import pyarrow as pa
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
+
+from crossbeat.errors import CrossbeatError
+from crossbeat.spark.offsets import Offsets
+
+log = logging.getLogger(__name__)
+
+ARROW_SCHEMA = pa.schema(
+    [
+        ("key", pa.binary()),
+        ("value", pa.binary()),
+        ("topic", pa.string()),
+        ("partition", pa.int32()),
+        ("offset", pa.int64()),
+        ("timestamp", pa.timestamp("us", tz="UTC")),
+    ]
+)
+SPARK_SCHEMA = (
+    "key binary, value binary, topic string, partition int, offset long, timestamp timestamp"
+)
+
+
+class SourceError(CrossbeatError):
+    """The Kafka-protocol source cannot read what Spark asked for."""
+
+
+def consumer(brokers: str, group: str | None = None, **extra: Any) -> Consumer:
+    conf: dict[str, Any] = {
+        "bootstrap.servers": brokers,
+        # assign() never joins a group, but librdkafka wants an id for the consumer object.
+        "group.id": group or f"crossbeat-spark-reader-{uuid.uuid4().hex[:8]}",
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "enable.partition.eof": True,
+        "auto.offset.reset": "earliest",
+    }
+    conf.update(extra)
+    return Consumer(conf)
+
+
+class Watermarks:
+    """Driver-side: partitions, low/high watermarks, and consumer-group commits."""
+
+    def __init__(self, brokers: str, group: str | None, timeout: float = 10.0) -> None:
+        self._consumer = consumer(brokers, group)
+        self._timeout = timeout
+
+    def partitions(self, topic: str) -> list[int]:
+        meta = self._consumer.list_topics(topic, timeout=self._timeout).topics.get(topic)
+        if meta is None or meta.error is not None or not meta.partitions:
+            return []
+        return sorted(meta.partitions)
+
+    def offsets(self, topics: list[str]) -> tuple[Offsets, Offsets]:
+        """(earliest, latest) for every partition of `topics` (missing topics: none)."""
+        low: Offsets = {}
+        high: Offsets = {}
+        for topic in topics:
+            for p in self.partitions(topic):
+                lo, hi = self._consumer.get_watermark_offsets(
+                    TopicPartition(topic, p), timeout=self._timeout, cached=False
+                )
+                low.setdefault(topic, {})[str(p)] = max(0, lo)
+                high.setdefault(topic, {})[str(p)] = max(0, hi)
+        return low, high
+
+    def commit(self, offsets: Offsets) -> None:
+        """Commit `offsets` (next offsets to read) to the group, for ordinary lag tools."""
+        tps = [TopicPartition(t, int(p), o) for t, parts in offsets.items() for p, o in parts.items()]
+        if tps:
+            self._consumer.commit(offsets=tps, asynchronous=False)
+
+    def close(self) -> None:
+        self._consumer.close()
+
+
+class PauseGate:
+    """Reads a control topic whose records `{..., "paused": bool}` are keyed by a name; the
+    last record for our key says whether the stream may advance. Read incrementally."""
+
+    def __init__(self, brokers: str, topic: str, key: str) -> None:
+        self.topic = topic
+        self.key = key.encode()
+        self.paused = False
+        self._consumer = consumer(brokers)
+        self._assigned = False
+        self._eof_left = 0
+
+    def refresh(self, timeout: float = 2.0) -> bool:
+        if not self._assigned:
+            meta = self._consumer.list_topics(self.topic, timeout=timeout).topics.get(self.topic)
+            if meta is None or meta.error is not None or not meta.partitions:
+                return self.paused
+            self._consumer.assign(
+                [TopicPartition(self.topic, p, OFFSET_BEGINNING) for p in meta.partitions]
+            )
+            self._eof_left = len(meta.partitions)
+            self._assigned = True
+        deadline = time.monotonic() + timeout
+        eof = 0
+        while time.monotonic() < deadline:
+            msg = self._consumer.poll(0.2)
+            if msg is None:
+                break
+            err = msg.error()
+            if err is not None:
+                if err.code() == KafkaError._PARTITION_EOF:
+                    eof += 1
+                    if eof >= self._eof_left:
+                        break
+                continue
+            if msg.key() == self.key:
+                try:
+                    self.paused = bool(orjson.loads(msg.value() or b"{}").get("paused"))
+                except orjson.JSONDecodeError:
+                    log.warning("ignoring a malformed control record at offset %s", msg.offset())
+        return self.paused
+
+    def close(self) -> None:
+        self._consumer.close()
+
+
+def read_range(
+    brokers: str, topic: str, partition: int, begin: int, until: int,
+    *, batch_rows: int = 10_000, stall_timeout: float = 60.0,
+) -> Iterator[pa.RecordBatch]:
+    """Records [begin, until) of one partition as Arrow batches of ARROW_SCHEMA.
+
+    Offsets may have holes (compaction, control records): reading stops at the first
+    record at or past `until - 1`, or at end of partition once the position reaches
+    `until`. No progress for `stall_timeout` seconds is an error (Spark retries the task).
+    """
+    c = consumer(brokers)
+    try:
+        c.assign([TopicPartition(topic, partition, begin)])
+        cols: dict[str, list[Any]] = {name: [] for name in ARROW_SCHEMA.names}
+        last_progress = time.monotonic()
+        nxt = begin
+        while nxt < until:
+            msgs = c.consume(num_messages=min(batch_rows, until - nxt), timeout=1.0)
+            if not msgs:
+                if time.monotonic() - last_progress > stall_timeout:
+                    raise SourceError(f"{topic}[{partition}]: no records at {nxt} (want {until})")
+                continue
+            for msg in msgs:
+                err = msg.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        pos = c.position([TopicPartition(topic, partition)])[0].offset
+                        if pos >= until:
+                            nxt = until
+                        continue
+                    raise SourceError(f"{topic}[{partition}]: {err}")
+                off = msg.offset()
+                assert off is not None
+                if off >= until:
+                    nxt = until
+                    break
+                _, ts = msg.timestamp()
+                cols["key"].append(msg.key())
+                cols["value"].append(msg.value())
+                cols["topic"].append(topic)
+                cols["partition"].append(partition)
+                cols["offset"].append(off)
+                cols["timestamp"].append(ts * 1000 if ts and ts > 0 else None)
+                nxt = off + 1
+                last_progress = time.monotonic()
+            if len(cols["offset"]) >= batch_rows:
+                yield pa.RecordBatch.from_pydict(cols, schema=ARROW_SCHEMA)
+                cols = {name: [] for name in ARROW_SCHEMA.names}
+        if cols["offset"]:
+            yield pa.RecordBatch.from_pydict(cols, schema=ARROW_SCHEMA)
+    except KafkaException as exc:
+        raise SourceError(f"{topic}[{partition}]: {exc}") from exc
+    finally:
+        c.close()
