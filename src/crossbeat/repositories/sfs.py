@@ -36,6 +36,7 @@ DEFAULT_CHUNK_SIZE = 4 * 1024 * 1024
 CHUNKS_PER_DIR = 100  # the seed: chunk files are grouped in directories of chunkId // 100
 MANIFEST = "manifest.json"
 REPOSITORY_INFO = "repository.json"
+TRASH_PREFIX = ".cleanup-"  # never an objectId: ids cannot contain dots
 
 _WRITE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
@@ -318,14 +319,40 @@ class SfsRepository(Repository):
                 manifest_mtime: float | None = os.stat(f"{path}/{MANIFEST}").st_mtime
             except FileNotFoundError:
                 manifest_mtime = None
-            if manifest_mtime is None:
-                if now - _newest_dir_mtime(path) >= older_than_s:
-                    shutil.rmtree(path, ignore_errors=True)
+            try:
+                if manifest_mtime is None:
+                    if now - _newest_dir_mtime(path) >= older_than_s and self._discard(path):
+                        removed.append(data_key)
+                elif now - manifest_mtime >= older_than_s and not referenced(data_key):
+                    self.delete(data_key)
                     removed.append(data_key)
-            elif now - manifest_mtime >= older_than_s and not referenced(data_key):
-                self.delete(data_key)
-                removed.append(data_key)
+            except FileNotFoundError:
+                continue  # deleted concurrently
+        self._remove_stale_trash()
         return removed
+
+    def _discard(self, path: str) -> bool:
+        """Remove an incomplete object directory unless its writer committed meanwhile.
+
+        The directory is first renamed aside (atomically), so a writer that is still going
+        fails rather than commits into a directory being deleted; if the manifest turns out
+        to be there after all, the object is put back.
+        """
+        trash = f"{os.path.dirname(path)}/{TRASH_PREFIX}{os.path.basename(path)}"
+        os.rename(path, trash)
+        if os.path.exists(f"{trash}/{MANIFEST}"):
+            os.rename(trash, path)
+            return False
+        shutil.rmtree(trash, ignore_errors=True)
+        return True
+
+    def _remove_stale_trash(self) -> None:
+        """Directories renamed aside by a cleanup that crashed before removing them."""
+        for fanout in os.scandir(self._root):
+            if len(fanout.name) == 3 and fanout.is_dir():
+                for entry in os.scandir(fanout.path):
+                    if entry.name.startswith(TRASH_PREFIX):
+                        shutil.rmtree(entry.path, ignore_errors=True)
 
     # -- used by SfsWriter ---------------------------------------------------------------
 

@@ -122,3 +122,32 @@ def test_memory_stays_bounded_writing_and_reading_64_mib(tmp_path: Path) -> None
             assert peak < 4 * MiB, f"reading peaked at {peak}"
     finally:
         tracemalloc.stop()
+
+
+def test_cleanup_never_removes_an_object_that_committed_meanwhile(sfs: SfsRepository) -> None:
+    key = sfs.put_bytes(b"just committed").dataKey
+    path = sfs.object_dir(key)
+    assert sfs._discard(path) is False  # the manifest is there: put back, untouched
+    assert sfs.read_bytes(key) == b"just committed"
+
+
+def test_a_writer_whose_directory_was_cleaned_up_fails_cleanly(sfs: SfsRepository) -> None:
+    from crossbeat.repositories import RepositoryError
+
+    w = sfs.writer()
+    w.write(b"a" * 3000)
+    age(Path(sfs.object_dir(w.data_key)), 7200)
+    assert sfs.cleanup(lambda _k: False, older_than_s=3600) == [w.data_key]
+    with pytest.raises(RepositoryError):
+        w.write(b"b" * 3000)
+        w.commit()
+    assert sfs.size(w.data_key) is None and list(sfs.keys()) == []
+
+
+def test_cleanup_removes_trash_left_by_a_crashed_cleanup(sfs: SfsRepository) -> None:
+    key = sfs.put_bytes(b"x").dataKey
+    trash = sfs.root / key[-3:] / f".cleanup-{key}zz"
+    (trash / "chunks" / "0").mkdir(parents=True)
+    sfs.cleanup(lambda _k: True, older_than_s=0)
+    assert not trash.exists()
+    assert sfs.read_bytes(key) == b"x"
