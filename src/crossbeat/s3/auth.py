@@ -306,7 +306,7 @@ def _v4_query(
         raise S3Error(
             "AuthorizationQueryParametersError", "Credential date does not match X-Amz-Date."
         )
-    if not expires_text.isdigit():
+    if not (expires_text.isascii() and expires_text.isdigit()):
         raise S3Error("AuthorizationQueryParametersError", "X-Amz-Expires should be a number")
     expires = int(expires_text)
     if expires > MAX_PRESIGNED_EXPIRES:
@@ -360,7 +360,10 @@ def _verify_v4(key: bytes, amz_date: str, scope: str, creq: str, signature: str)
         (ALGORITHM_V4, amz_date, scope, hashlib.sha256(creq.encode("utf-8")).hexdigest())
     )
     expected = hmac.new(key, string_to_sign.encode("utf-8"), hashlib.sha256).hexdigest()
-    if not hmac.compare_digest(expected, signature.lower()):
+    # bytes: compare_digest refuses non-ASCII str, and the signature is the client's
+    if not hmac.compare_digest(
+        expected.encode("ascii"), signature.lower().encode("utf-8", "replace")
+    ):
         raise S3Error("SignatureDoesNotMatch")
 
 
@@ -369,7 +372,7 @@ def _parse_credential(credential: str, code: str) -> tuple[str, str, str]:
     if len(parts) != 5 or not parts[0]:
         raise S3Error(code, f"Malformed credential {credential!r}.")
     access_key, date, region, service, terminator = parts
-    if len(date) != 8 or not date.isdigit():
+    if len(date) != 8 or not (date.isascii() and date.isdigit()):
         raise S3Error(code, f"Invalid credential date {date!r}.")
     if service != "s3":
         raise S3Error(code, f'Incorrect service {service!r}. This endpoint belongs to "s3".')
@@ -450,7 +453,7 @@ def _v2_query(
 ) -> AuthContext:
     params = {n: unquote_to_bytes(v).decode("utf-8", "replace") for n, v in query}
     expires_text = params.get(b"Expires")
-    if expires_text is None or not expires_text.isdigit():
+    if expires_text is None or not (expires_text.isascii() and expires_text.isdigit()):
         raise S3Error("AccessDenied", "Query-string authentication requires the Expires parameter")
     principal = _lookup(lookup, params[b"AWSAccessKeyId"])
     if now.timestamp() > int(expires_text):
@@ -577,7 +580,7 @@ def _parse_amz_date(value: str, code: str) -> datetime:
 def _parse_http_date(value: str) -> datetime:
     try:
         when = parsedate_to_datetime(value)
-    except (TypeError, ValueError, IndexError):
+    except (TypeError, ValueError, IndexError, OverflowError):
         raise S3Error("AccessDenied", f"Invalid date {value!r}.") from None
     return when if when.tzinfo else when.replace(tzinfo=UTC)
 

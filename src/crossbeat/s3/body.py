@@ -165,7 +165,7 @@ class BodyDecoder:
         )
         if length_text is not None:
             text = length_text.strip()
-            if not text.isdigit():
+            if not (text.isascii() and text.isdigit()):
                 raise S3Error("InvalidArgument", f"Invalid length {length_text!r}.")
             self.decoded_length = int(text)
 
@@ -391,5 +391,6 @@ class BodyDecoder:
         key = self._ctx.signing_key
         assert key is not None
         expected = hmac.new(key, string_to_sign.encode("utf-8"), hashlib.sha256).hexdigest()
-        if not hmac.compare_digest(expected, given):
+        # bytes: compare_digest refuses non-ASCII str, and the input is the client's
+        if not hmac.compare_digest(expected.encode("ascii"), given.encode("utf-8", "replace")):
             raise S3Error("SignatureDoesNotMatch")

@@ -7,10 +7,13 @@ vectors always run.
 
 from __future__ import annotations
 
+import contextlib
 import re
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from tests.unit.s3.captures import SECRETS, Capture, load_all
 
 from crossbeat.s3.auth import AuthContext, Principal, authenticate, canonical_query, canonical_uri
@@ -375,3 +378,69 @@ def test_canonical_uri_and_query() -> None:
 def test_naive_now_is_utc() -> None:
     cap = CAPTURES[0]
     auth(cap, now=capture_now(cap).replace(tzinfo=None))
+
+
+def test_non_ascii_signature_is_a_mismatch() -> None:
+    assert bare({**BASE, "authorization": V4.replace("Signature=0", "Signature=\xe9")}) == (
+        "SignatureDoesNotMatch"
+    )
+
+
+# ------------------------------------------------------------------ fuzzing: only S3Error escapes
+
+_HEADER_NAMES = [
+    b"authorization", b"x-amz-date", b"date", b"x-amz-content-sha256", b"host", b"content-length",
+]  # fmt: skip
+_QUERY_PREFIXES = [
+    b"",
+    b"X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential=AKIDEXAMPLE%2F20261122%2Fus-east-1%2Fs3%2Faws4_request&X-Amz-Date=20261122T014018Z&X-Amz-Expires=60&X-Amz-SignedHeaders=host&",
+    b"AWSAccessKeyId=AKIDEXAMPLE&Expires=1795311700&",
+]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    name=st.sampled_from(_HEADER_NAMES),
+    value=st.binary(max_size=120),
+    prefix=st.sampled_from(_QUERY_PREFIXES),
+    query=st.binary(max_size=60),
+    path=st.binary(max_size=30),
+    drop_auth=st.booleans(),
+)
+def test_fuzzed_requests_only_raise_s3_errors(
+    name: bytes, value: bytes, prefix: bytes, query: bytes, path: bytes, drop_auth: bool
+) -> None:
+    headers = [
+        (k, v) for k, v in PUT_HTTP.headers if not (drop_auth and k.lower() == b"authorization")
+    ]
+    headers = [(k, v) for k, v in headers if k.lower() != name] + [(name, value)]
+    with contextlib.suppress(S3Error):
+        auth(PUT_HTTP, headers=headers, query_string=prefix + query, raw_path=b"/" + path)
+
+
+@settings(max_examples=200, deadline=None)
+@given(authorization=st.text(max_size=200))
+def test_fuzzed_authorization_values(authorization: str) -> None:
+    for prefix in ("", "AWS4-HMAC-SHA256 ", "AWS "):
+        with contextlib.suppress(S3Error):
+            authenticate(
+                "GET",
+                b"/b/k",
+                b"",
+                [(b"host", b"h"), (b"authorization", (prefix + authorization).encode("utf-8"))],
+                lambda ak: BOTO_KEY,
+                now=datetime(2026, 11, 22, 1, 40, tzinfo=UTC),
+            )
+
+
+def test_unicode_digits_are_not_numbers() -> None:
+    # "²".isdigit() is True but int("²") fails: these must be clean S3 errors
+    v2 = b"AWSAccessKeyId=AKIDEXAMPLE&Signature=x&Expires=%C2%B2"
+    assert bare({"host": "h"}, v2) == "AccessDenied"
+    v4 = (
+        _QUERY_PREFIXES[1].replace(b"X-Amz-Expires=60", b"X-Amz-Expires=%C2%B2")
+        + b"X-Amz-Signature=0"
+    )
+    assert bare({"host": "h"}, v4) == "AuthorizationQueryParametersError"
+    cred = _QUERY_PREFIXES[1].replace(b"20261122%2F", b"2026112%C2%B2%2F") + b"X-Amz-Signature=0"
+    assert bare({"host": "h"}, cred) == "AuthorizationQueryParametersError"

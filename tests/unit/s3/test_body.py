@@ -487,3 +487,56 @@ def test_own_encoder_reproduces_aws_example() -> None:
         ctx, _ = aws_request(trailer)
         trailers = [("x-amz-checksum-crc32c", "sOO8/Q==")] if trailer else []
         assert sign_stream(ctx, AWS_DATA, 65536, trailers) == aws_body(trailer)
+
+
+# ------------------------------------------------------------------ mutations (property)
+
+
+def _decode_or_error(ctx: AuthContext, headers: dict[str, str], body: bytes) -> bytes | None:
+    """The decoded bytes, or None when the decoder refused the body with an S3Error."""
+    try:
+        return decode(ctx, headers, [body])[0]
+    except S3Error:
+        return None
+
+
+@settings(max_examples=150, deadline=None)
+@given(trailer=st.booleans(), at=st.integers(0, 10**6), xor=st.integers(1, 255))
+def test_any_single_byte_change_to_a_signed_stream_is_caught(
+    trailer: bool, at: int, xor: int
+) -> None:
+    ctx, headers = aws_request(trailer)
+    body = bytearray(aws_body(trailer))
+    at %= len(body)
+    body[at] ^= xor
+    out = _decode_or_error(ctx, headers, bytes(body))
+    # only a change that means the same thing may pass (e.g. hex case in a signature)
+    assert out is None or out == AWS_DATA
+
+
+@settings(max_examples=150, deadline=None)
+@given(data=st.binary(max_size=300), at=st.integers(0, 10**6), xor=st.integers(1, 255))
+def test_any_single_byte_change_to_a_trailer_stream_is_caught(
+    data: bytes, at: int, xor: int
+) -> None:
+    body = bytearray(botocore_chunked(data, 64))
+    at %= len(body)
+    body[at] ^= xor
+    out = _decode_or_error(unsigned_ctx(), trailer_headers(data), bytes(body))
+    assert out is None or out == data
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    body=st.binary(max_size=200), mode=st.sampled_from(["streaming-unsigned-trailer", "unsigned"])
+)
+def test_garbage_only_raises_s3_errors(body: bytes, mode: str) -> None:
+    headers = trailer_headers(b"x" * 10)
+    headers["content-encoding"] = "aws-chunked"
+    _decode_or_error(unsigned_ctx(mode), headers, body)  # anything but S3Error fails the test
+
+
+def test_unicode_digit_length_is_invalid() -> None:
+    with pytest.raises(S3Error) as e:
+        BodyDecoder(unsigned_ctx("unsigned"), {"content-length": "\xb2"})
+    assert e.value.code == "InvalidArgument"
