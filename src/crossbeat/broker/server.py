@@ -208,6 +208,10 @@ class BrokerServer:
         self._connections.add(task)
         try:
             await Connection(self.broker, reader, writer).serve()
+        except asyncio.CancelledError:
+            # closing the server: end quietly (asyncio's stream callback would report a
+            # cancelled handler as an error)
+            pass
         finally:
             self._connections.discard(task)
 
