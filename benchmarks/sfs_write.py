@@ -1,7 +1,7 @@
 """Benchmark: sfs repository write (and read) throughput.
 
 Prints objects/s for 4 KiB objects (one chunk: the gateway's small-PUT path) from one and
-from several threads, and MB/s for 64 MiB objects written in 1 MiB pieces with the default
+from several threads, 4 KiB reads/s, and MB/s for 64 MiB objects written in 1 MiB pieces with the default
 4 MiB chunks. Every write is durable (chunk, manifest and directories fsynced).
 
     .venv/bin/python benchmarks/sfs_write.py [--dir DIR] [--seconds S]
@@ -39,6 +39,15 @@ def small_objects(repo: SfsRepository, seconds: float, threads: int) -> float:
     return sum(counts) / (time.perf_counter() - start)
 
 
+def small_reads(repo: SfsRepository, count: int) -> float:
+    keys = [repo.put_bytes(os.urandom(4096)).dataKey for _ in range(count)]
+    start = time.perf_counter()
+    for _ in range(5):
+        for key in keys:
+            repo.read_bytes(key)
+    return 5 * count / (time.perf_counter() - start)
+
+
 def large_objects(repo: SfsRepository, count: int) -> tuple[float, float]:
     piece = os.urandom(1024 * 1024)
     keys = []
@@ -70,9 +79,11 @@ def main() -> None:
         repo = SfsRepository("bench", base)
         one = small_objects(repo, args.seconds, 1)
         many = small_objects(repo, args.seconds, 8)
+        gets = small_reads(repo, 200)
         write_mbs, read_mbs = large_objects(repo, args.large)
         print(f"4KiB put 1 thread:  {one:8.0f} objects/s")
         print(f"4KiB put 8 threads: {many:8.0f} objects/s")
+        print(f"4KiB get 1 thread:  {gets:8.0f} objects/s (digest verified, page cache warm)")
         print(f"64MiB put: {write_mbs:8.1f} MB/s   64MiB get: {read_mbs:8.1f} MB/s")
         print(f"sfs_4k_objects_per_s={many:.0f} sfs_64m_write_mb_s={write_mbs:.1f}")
     finally:
