@@ -128,8 +128,9 @@ def _rebuild(cap: Capture) -> bytes | None:
     return None
 
 
-def capture_files(root: Path = CAPTURES_ROOT) -> list[Path]:
+def capture_files(root: Path | None = None) -> list[Path]:
     """Every capture file, in a stable order (empty when the captures are not present)."""
+    root = root or CAPTURES_ROOT
     files: list[Path] = []
     for d in CAPTURE_DIRS:
         if (root / d).is_dir():
@@ -137,5 +138,7 @@ def capture_files(root: Path = CAPTURES_ROOT) -> list[Path]:
     return files
 
 
-def load_all(root: Path = CAPTURES_ROOT) -> list[Capture]:
+def load_all(root: Path | None = None) -> list[Capture]:
+    """Every capture, named like `captures/put_bytes/001`."""
+    root = root or CAPTURES_ROOT
     return [parse_capture(p, str(p.relative_to(root).with_suffix(""))) for p in capture_files(root)]
