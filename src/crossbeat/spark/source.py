@@ -28,6 +28,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 import orjson
+from confluent_kafka import KafkaException
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 
@@ -129,9 +130,14 @@ class KafkaStreamReader(DataSourceStreamReader):
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         begin = normalise(start)
-        if self._paused():
+        try:
+            if self._paused():
+                return begin
+            low, high = self._wm().offsets(self.topics)
+        except KafkaException as exc:
+            # Broker unreachable: plan no new data this trigger rather than fail the query.
+            log.warning("cannot read offsets of %s: %s", self.topics, exc)
             return begin
-        low, high = self._wm().offsets(self.topics)
         begin = merge_new_partitions(begin, high, low)
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         return limit_offsets(begin, high, max_rows)

@@ -1,0 +1,210 @@
+"""The replication pipelines as Structured Streaming queries over `crossbeat-kafka`.
+
+- `replication-<site>` (one query per destination site, consumer group
+  `crossbeat-replication-<site>`): reads `crossbeat-replication`, replicates each entry
+  naming the site (in executors, `ReplicationProcessor`), and produces the outcomes to
+  `crossbeat-replication-status`. Pausing a site holds its query's offsets (the source's
+  pause gate on `crossbeat-replication-control`), so nothing is lost or skipped.
+- `replication-status` (group `crossbeat-replication-status`): applies outcomes to the
+  source metadata with compare-and-set (`StatusUpdater`).
+
+Both are idempotent per record, so a batch replayed after a crash (same batch id, same
+offsets) is harmless; the Spark checkpoint under the data dir is the restart point.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import orjson
+import pyarrow as pa
+
+from crossbeat.extensions.replication.messages import (
+    ENTRY_KIND,
+    STATUS_KIND,
+    ReplicationEntry,
+    ReplicationOutcome,
+)
+from crossbeat.extensions.replication.processor import ReplicationProcessor
+from crossbeat.extensions.replication.settings import ReplicationSettings
+from crossbeat.extensions.replication.status_updater import StatusUpdater
+from crossbeat.populator.extension import Message, message_key
+from crossbeat.populator.publisher import Publisher, ensure_topics
+from crossbeat.spark.settings import PipelineSettings
+
+log = logging.getLogger(__name__)
+COUNT_SCHEMA = "n long"
+PIPELINES = ("replication", "replication-status")
+
+# Per Python worker (workers are reused across batches): clients keyed by pipeline run.
+_WORKER_CACHE: dict[tuple[str, str], Any] = {}
+
+
+def _cached(token: str, what: str, make: Callable[[], Any]) -> Any:
+    key = (token, what)
+    if key not in _WORKER_CACHE:
+        _WORKER_CACHE[key] = make()
+    return _WORKER_CACHE[key]
+
+
+def _docs(batches: Iterator[pa.RecordBatch], kind: str) -> list[dict[str, Any]]:
+    docs = []
+    for batch in batches:
+        for raw in batch.column("value").to_pylist():
+            if raw is None:
+                continue
+            doc = orjson.loads(raw)
+            if isinstance(doc, dict) and doc.get("kind") == kind:
+                docs.append(doc)
+    return docs
+
+
+def replicate_partition(
+    token: str, site: str, settings: ReplicationSettings, brokers: str, status_topic: str
+) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """The mapInArrow function of `replication-<site>` (runs in executors)."""
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        entries = [ReplicationEntry.from_json(d) for d in _docs(batches, ENTRY_KIND)]
+        outcomes: list[ReplicationOutcome] = []
+        if entries:
+            processor = _cached(token, f"processor-{site}",
+                                lambda: ReplicationProcessor(settings, site))
+            outcomes = processor.process_batch(entries)
+        if outcomes:
+            publisher = _cached(token, "publisher", lambda: Publisher(brokers))
+            publisher.publish(
+                Message(status_topic, message_key(o.bucket, o.key), o.to_json()) for o in outcomes
+            )
+        yield pa.RecordBatch.from_pydict({"n": [len(outcomes)]}, schema=pa.schema([("n", pa.int64())]))
+
+    return run
+
+
+def status_partition(
+    token: str, settings: ReplicationSettings
+) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """The mapInArrow function of `replication-status` (runs in executors)."""
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        outcomes = [ReplicationOutcome.from_json(d) for d in _docs(batches, STATUS_KIND)]
+        applied = 0
+        if outcomes:
+            updater = _cached(token, "status", lambda: StatusUpdater(settings))
+            applied = sum(1 for r in updater.apply_batch(outcomes) if r == "applied")
+        yield pa.RecordBatch.from_pydict({"n": [applied]}, schema=pa.schema([("n", pa.int64())]))
+
+    return run
+
+
+def _stream(spark: Any, ps: PipelineSettings, topic: str, group: str, **extra: str) -> Any:
+    reader = (
+        spark.readStream.format("crossbeat-kafka")
+        .option("kafka.bootstrap.servers", ps.brokers)
+        .option("subscribe", topic)
+        .option("startingOffsets", ps.starting_offsets)
+        .option("maxOffsetsPerTrigger", str(ps.max_offsets_per_trigger))
+        .option("kafka.group.id", group)
+    )
+    for k, v in extra.items():
+        reader = reader.option(k, v)
+    return reader.load().select("value")
+
+
+def _start(df: Any, ps: PipelineSettings, name: str, fn: Any) -> Any:
+    def batch(batch_df: Any, batch_id: int) -> None:
+        batch_df.mapInArrow(fn, COUNT_SCHEMA).collect()
+
+    return (
+        df.writeStream.queryName(name)
+        .foreachBatch(batch)
+        .option("checkpointLocation", str(ps.checkpoint_dir(name)))
+        .trigger(processingTime=f"{ps.trigger_ms} milliseconds")
+        .start()
+    )
+
+
+def start_replication(
+    spark: Any, ps: PipelineSettings, rs: ReplicationSettings, sites: list[str] | None = None
+) -> list[Any]:
+    """One query per destination site (`sites`, default all of `rs.sites`)."""
+    token = uuid.uuid4().hex
+    topic, status_topic = ps.topic(rs.topic), ps.topic(rs.status_topic)
+    control = ps.topic(rs.control_topic)
+    ensure_topics(ps.brokers, [topic, status_topic], ps.topic_partitions)
+    ensure_topics(ps.brokers, [control], 1)
+    queries = []
+    for site in sites or sorted(rs.sites):
+        df = _stream(spark, ps, topic, f"crossbeat-replication-{site}",
+                     pauseTopic=control, pauseKey=site)
+        fn = replicate_partition(token, site, rs, ps.brokers, status_topic)
+        queries.append(_start(df, ps, f"replication-{site}", fn))
+    return queries
+
+
+def start_status(spark: Any, ps: PipelineSettings, rs: ReplicationSettings) -> list[Any]:
+    token = uuid.uuid4().hex
+    status_topic = ps.topic(rs.status_topic)
+    ensure_topics(ps.brokers, [status_topic], ps.topic_partitions)
+    df = _stream(spark, ps, status_topic, "crossbeat-replication-status")
+    return [_start(df, ps, "replication-status", status_partition(token, rs))]
+
+
+def run_pipelines(
+    spark: Any,
+    names: list[str],
+    ps: PipelineSettings,
+    rs: ReplicationSettings,
+    stop: threading.Event,
+    *,
+    on_ready: Callable[[list[str]], None] | None = None,
+    restart_delay_s: float = 2.0,
+) -> None:
+    """Run the pipelines until `stop` is set, restarting a query that fails.
+
+    A query fails when a batch cannot finish (broker or source gateway unreachable past
+    the retry bounds); restarting it replays that batch from the checkpoint, which the
+    idempotent processors allow. Queries are stopped gracefully when `stop` is set.
+    """
+    queries = start_pipelines(spark, names, ps, rs)
+    if on_ready is not None:
+        on_ready([q.name for q in queries])
+    try:
+        while not stop.wait(1.0):
+            for i, q in enumerate(queries):
+                if q.isActive:
+                    continue
+                log.error("query %s stopped (%s); restarting", q.name, q.exception())
+                if stop.wait(restart_delay_s):
+                    return
+                queries[i] = _restart(spark, q.name, ps, rs)
+    finally:
+        for q in queries:
+            if q.isActive:
+                q.stop()
+
+
+def _restart(spark: Any, name: str, ps: PipelineSettings, rs: ReplicationSettings) -> Any:
+    if name == "replication-status":
+        return start_status(spark, ps, rs)[0]
+    site = name.removeprefix("replication-")
+    return start_replication(spark, ps, rs, sites=[site])[0]
+
+
+def start_pipelines(
+    spark: Any, names: list[str], ps: PipelineSettings, rs: ReplicationSettings
+) -> list[Any]:
+    """Start the named pipelines (`replication`, `replication-status`) in one session."""
+    queries: list[Any] = []
+    for name in names:
+        if name == "replication":
+            queries += start_replication(spark, ps, rs)
+        elif name == "replication-status":
+            queries += start_status(spark, ps, rs)
+        else:
+            raise ValueError(f"unknown pipeline {name!r} (known: {', '.join(PIPELINES)})")
+    return queries

@@ -1,0 +1,30 @@
+"""Pipeline settings: the `[pipeline]` section of crossbeat.toml, CROSSBEAT_… overrides."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class PipelineSettings(BaseSettings):
+    """Where the pipelines read (`brokers`, topic prefix), where Spark keeps its
+    checkpoints (`data_dir`/spark/checkpoints/<query>), and how batches are cut."""
+
+    model_config = SettingsConfigDict(env_prefix="CROSSBEAT_", extra="ignore")
+
+    brokers: str = "127.0.0.1:8002"
+    topic_prefix: str = "crossbeat-"
+    topic_partitions: int = Field(default=4, ge=1)
+    data_dir: Path = Path("./data")
+    master: str = "local[*]"
+    trigger_ms: int = Field(default=250, ge=0)
+    max_offsets_per_trigger: int = Field(default=5000, ge=1)
+    starting_offsets: str = "earliest"
+
+    def checkpoint_dir(self, query: str) -> Path:
+        return self.data_dir / "spark" / "checkpoints" / query
+
+    def topic(self, name: str) -> str:
+        return f"{self.topic_prefix}{name}"
