@@ -16,6 +16,7 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 LISTEN_RE = re.compile(r"crossbeat (\S+) listening on (\S+)://([^\s:]+):(\d+)")
 
@@ -101,7 +102,7 @@ def start_service(
             return Service(proc, m.group(2), m.group(3), int(m.group(4)), output)
 
 
-def wait_until(predicate, timeout: float = 30, interval: float = 0.05, what: str = "condition"):  # type: ignore[no-untyped-def]
+def wait_until(predicate: Any, timeout: float = 30, interval: float = 0.05, what: str = "condition") -> Any:
     """Poll `predicate` until it returns a truthy value (returned) or `timeout` passes."""
     deadline = time.monotonic() + timeout
     last_exc: Exception | None = None

@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 from crossbeat.metadata import Bucket, MetadataStore, open_store
 from crossbeat.metadata.settings import MetadataSettings
 from crossbeat.repositories import CorruptData, NoSuchData, Repository, open_repositories
+from crossbeat.repositories.registry import cleanup_repositories
 from crossbeat.repositories.settings import RepositorySettings
 from crossbeat.s3 import router
 from crossbeat.s3.auth import Principal, authenticate
@@ -175,10 +176,10 @@ class Gateway:
     def cleanup(self, older_than_s: float = 0.0) -> list[str]:
         """Remove half-written and unreferenced data (run when no request is in flight)."""
         refs = self.referenced_keys()
-        removed: list[str] = []
-        for name, repo in self.repositories.items():
-            removed += repo.cleanup(lambda key, n=name: (n, key) in refs, older_than_s=older_than_s)
-        return removed
+        # one pass per distinct repository: with a proxy several names share one repository
+        return cleanup_repositories(
+            self.repositories, lambda name, key: (name, key) in refs, older_than_s=older_than_s
+        )
 
     # -- ASGI ---------------------------------------------------------------------------
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

@@ -126,19 +126,20 @@ async def upload_part_copy(gw: Gateway, req: Request, p: Principal, ctx: Any) ->
         raise S3Error("InvalidArgument", "The x-amz-copy-source-range value must be of the form bytes=first-last")
     start, end = rng or (0, size)
     location, md5_hex = await gw.run(copy_data, gw, src, gw.location_for(bucket), start, end)
+    modified = iso_now()
     part = {
         "partNumber": number,
         "etag": md5_hex,
         "size": location.size,
         "location": [location.to_json()],
         "checksums": {},
-        "lastModified": iso_now(),
+        "lastModified": modified,
     }
     await _store_part(gw, upload["uploadId"], part)
     headers = {}
     if src.get("versionId") != "null":
         headers["x-amz-copy-source-version-id"] = src["versionId"]
-    return xml_response(xmldoc.copy_part_result_xml(md5_hex, part["lastModified"], {}), headers=headers)
+    return xml_response(xmldoc.copy_part_result_xml(md5_hex, modified, {}), headers=headers)
 
 
 async def _all_parts(gw: Gateway, upload_id: str) -> dict[int, dict[str, Any]]:
@@ -190,11 +191,11 @@ async def complete_upload(gw: Gateway, req: Request, p: Principal, ctx: Any) -> 
             if sent and sent != part["checksums"][algorithm]:
                 raise S3Error("InvalidPart", f"checksum of part {item.part_number} does not match",
                               extra={"PartNumber": str(item.part_number)})
-        value, kind = checksums.combine_parts(
+        value, combined_type = checksums.combine_parts(
             algorithm, [c["checksums"][algorithm] for c in chosen], [int(c["size"]) for c in chosen],
             um.get("checksumType"),
         )
-        meta["checksum"] = {"algorithm": algorithm, "value": value, "type": kind}
+        meta["checksum"] = {"algorithm": algorithm, "value": value, "type": combined_type}
     try:
         displaced, unused = await gw.run(
             gw.store.complete_upload, upload["uploadId"], meta, precondition=write_precondition(req.headers)
@@ -207,7 +208,7 @@ async def complete_upload(gw: Gateway, req: Request, p: Principal, ctx: Any) -> 
         headers["x-amz-version-id"] = meta["versionId"]
     location_url = f"/{req.bucket}/{req.key}"
     cs: dict[str, str] = {}
-    kind = None
+    kind: str | None = None
     if meta.get("checksum") and algorithm:
         cs = {algorithm.lower(): meta["checksum"]["value"]}
         kind = meta["checksum"]["type"]

@@ -1,0 +1,56 @@
+"""Memory stays bounded while large bodies stream in and out of the gateway."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.support.gateway import running_gateway, s3_client
+from tests.support.procs import Service
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+MiB = 1024 * 1024
+SIZE = 512 * MiB
+
+
+def peak_rss_mib(svc: Service) -> float:
+    for line in Path(f"/proc/{svc.proc.pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError("no VmHWM")
+
+
+def body() -> Iterator[bytes]:
+    block = hashlib.sha256(b"block").digest() * (MiB // 32)
+    for _ in range(SIZE // MiB):
+        yield block
+
+
+def test_half_gib_upload_and_download_use_bounded_memory(tmp_path: Path) -> None:
+    with running_gateway(tmp_path / "data") as gw:
+        s3 = s3_client(gw.url, signature_version="s3v4")
+        s3.create_bucket(Bucket="stream")
+        s3.put_object(Bucket="stream", Key="warmup", Body=b"x")
+        s3.get_object(Bucket="stream", Key="warmup")["Body"].read()
+        baseline = peak_rss_mib(gw)
+        url = s3.generate_presigned_url("put_object", Params={"Bucket": "stream", "Key": "big"}, ExpiresIn=600)
+        r = httpx.put(url, content=body(), headers={"content-length": str(SIZE)}, timeout=600)
+        assert r.status_code == 200, r.text
+        expected = hashlib.md5()
+        for block in body():
+            expected.update(block)
+        assert r.headers["etag"] == f'"{expected.hexdigest()}"'
+        got = hashlib.md5()
+        n = 0
+        get_url = s3.generate_presigned_url("get_object", Params={"Bucket": "stream", "Key": "big"}, ExpiresIn=600)
+        with httpx.stream("GET", get_url, timeout=600) as resp:
+            for chunk in resp.iter_bytes():
+                got.update(chunk)
+                n += len(chunk)
+        assert n == SIZE and got.hexdigest() == expected.hexdigest()
+        grown = peak_rss_mib(gw) - baseline
+        assert grown < 128, f"gateway memory grew by {grown:.0f} MiB while streaming {SIZE // MiB} MiB"
