@@ -27,8 +27,8 @@ LOG_OVERHEAD = 12  # baseOffset + batchLength: the bytes batchLength does not co
 CRC_START = 21  # first byte covered by the CRC (attributes)
 MAGIC = 2
 # Enough of the header to walk a log: base, length, magic, attributes, lastOffsetDelta.
-_WALK = struct.Struct(">qi4xb4xhi")
-WALK_SIZE = _WALK.size  # 27
+WALK = struct.Struct(">qi4xb4xhi")
+WALK_SIZE = WALK.size  # 27
 
 ReadAt = Callable[[int, int], bytes]
 """A pread-like callable: read(n, position) -> up to n bytes."""
@@ -231,7 +231,7 @@ def iter_batch_positions(
             rel = 0
             if len(buf) < WALK_SIZE:
                 return
-        base, length, magic, _attributes, last_delta = _WALK.unpack_from(buf, rel)
+        base, length, magic, _attributes, last_delta = WALK.unpack_from(buf, rel)
         size = length + LOG_OVERHEAD
         if magic != MAGIC or length < HEADER_SIZE - LOG_OVERHEAD or pos + size > end:
             return

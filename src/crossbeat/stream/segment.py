@@ -22,6 +22,10 @@ from pathlib import Path
 
 from crossbeat.stream.batch import (
     HEADER_SIZE,
+    LOG_OVERHEAD,
+    MAGIC,
+    WALK,
+    WALK_SIZE,
     BatchHeader,
     Scanner,
     iter_batch_positions,
@@ -32,6 +36,8 @@ from crossbeat.stream.index import OffsetIndex, TimeIndex, read_file, write_file
 log = logging.getLogger(__name__)
 
 _MAX_RELATIVE_OFFSET = 2**32 - 1
+_MIN_READ = 16 * 1024  # smallest pread when walking or reading a segment
+_MAX_READ = 8 * 1024 * 1024  # largest single pread; a bigger first batch is read whole
 
 
 def segment_name(base_offset: int) -> str:
@@ -275,35 +281,47 @@ class Segment:
         Stops before a batch at or past `limit_offset` (the high watermark) or one that
         would take `used` past `max_bytes` unless `out` is still empty. Returns the new
         `used` and whether the read is finished (False: continue in the next segment).
+
+        One pread normally covers both the walk from the sparse index entry and the data
+        returned; the batches handed out are memoryview slices of that buffer.
         """
-        start = self.offset_index.lookup(offset)
-        first = -1
-        end = start
-        sizes: list[int] = []
-        done = False
-        for pos, base, size, nxt in iter_batch_positions(self._pread, start, self.size):
-            if nxt <= offset:
+        pos = self.offset_index.lookup(offset)
+        end_file = self.size
+        buf = b""
+        view = memoryview(buf)
+        buf_pos = pos
+        while pos + WALK_SIZE <= end_file:
+            rel = pos - buf_pos
+            if rel + WALK_SIZE > len(buf):
+                want = max(max_bytes - used, 0) + self.interval + WALK_SIZE
+                buf = os.pread(self.fd, min(end_file - pos, max(want, _MIN_READ), _MAX_READ), pos)
+                view = memoryview(buf)
+                buf_pos, rel = pos, 0
+                if len(buf) < WALK_SIZE:
+                    break
+            base, length, magic, _attributes, last_delta = WALK.unpack_from(buf, rel)
+            size = length + LOG_OVERHEAD
+            if magic != MAGIC or length < HEADER_SIZE - LOG_OVERHEAD or pos + size > end_file:
+                break  # cannot happen for written data; never serve past it
+            if base + last_delta < offset:
+                pos += size
                 continue
             if base >= limit_offset:
-                done = True
-                break
-            if (out or sizes) and used + size > max_bytes:
-                done = True
-                break
-            if first < 0:
-                first = pos
-            sizes.append(size)
+                return used, True
+            if out and used + size > max_bytes:
+                return used, True
+            if rel + size > len(buf):
+                # The batch runs past the buffer: read it (and what may follow) afresh.
+                want = max(size, min(max_bytes - used, _MAX_READ))
+                buf = os.pread(self.fd, min(end_file - pos, want), pos)
+                view = memoryview(buf)
+                buf_pos, rel = pos, 0
+                if len(buf) < size:
+                    break
+            out.append(view[rel : rel + size])
             used += size
-            end = pos + size
-        if not sizes:
-            return used, done
-        data = os.pread(self.fd, end - first, first)
-        view = memoryview(data)
-        at = 0
-        for size in sizes:
-            out.append(view[at : at + size])
-            at += size
-        return used, done
+            pos += size
+        return used, False
 
     def headers(
         self, start: int = 0, limit_offset: int | None = None

@@ -6,7 +6,6 @@ import asyncio
 from pathlib import Path
 
 import pytest
-from tests.unit.stream.conftest import all_values, batch_values, make_batch
 
 from crossbeat.stream import (
     CorruptBatch,
@@ -17,6 +16,7 @@ from crossbeat.stream import (
     StreamSettings,
     StreamStore,
 )
+from tests.unit.stream.conftest import all_values, batch_values, make_batch
 
 SMALL = StreamSettings(segment_bytes=2048, index_interval_bytes=200, flush_max_delay_ms=0.0)
 
@@ -208,6 +208,49 @@ def test_offset_for_timestamp_and_header_tail(tmp_path: Path) -> None:
         assert [h.base_sequence for h in tail] == [70, 72, 74, 76, 78]
         assert len(stream.batch_headers_tail(1000)) == 40
         assert stream.batch_headers_tail(0) == []
+        await store.close()
+
+    asyncio.run(main())
+
+
+def test_reads_match_a_model_for_mixed_batch_sizes(tmp_path: Path) -> None:
+    """Random batch sizes (some larger than a read buffer) across segment rolls and a seal."""
+    import random
+
+    rng = random.Random(4)
+    cfg = StreamSettings(segment_bytes=64 * 1024, index_interval_bytes=1000, flush_max_delay_ms=0.0)
+
+    async def main() -> None:
+        store = await StreamStore.open(tmp_path, cfg)
+        stream = store.create_stream("s")
+        model: list[tuple[int, int, int]] = []  # (base, next, size)
+        for i in range(120):
+            n = rng.randint(1, 5)
+            big = rng.random() < 0.1
+            values = [
+                bytes([65 + i % 26]) * (rng.randint(20_000, 50_000) if big else rng.randint(1, 900))
+                for _ in range(n)
+            ]
+            batch = make_batch(values)
+            base = await stream.append(batch)
+            model.append((base, base + n, len(batch)))
+            if i == 70:
+                stream.seal()
+        end = model[-1][1]
+        for _ in range(300):
+            offset = rng.randrange(end)
+            max_bytes = rng.choice([1, 500, 5_000, 40_000, 200_000, 10**7])
+            got = stream.read(offset, max_bytes)
+            first = next(k for k, (b, n, _s) in enumerate(model) if b <= offset < n)
+            want: list[int] = []
+            used = 0
+            for b, _n, size in model[first:]:
+                if want and used + size > max_bytes:
+                    break
+                want.append(b)
+                used += size
+            assert [int.from_bytes(c[0:8], "big") for c in got] == want
+            assert [len(c) for c in got] == [s for b, _n, s in model if b in set(want)]
         await store.close()
 
     asyncio.run(main())

@@ -8,7 +8,6 @@ import struct
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tests.unit.stream.conftest import make_batch
 
 from crossbeat.stream.batch import (
     HEADER_SIZE,
@@ -20,6 +19,7 @@ from crossbeat.stream.batch import (
     validate_batch,
 )
 from crossbeat.stream.errors import CorruptBatch
+from tests.unit.stream.conftest import make_batch
 
 
 def test_parse_header_of_a_real_batch() -> None:

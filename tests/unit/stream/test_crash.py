@@ -11,10 +11,10 @@ import time
 from pathlib import Path
 
 import pytest
-from tests.unit.stream.conftest import all_values
-from tests.unit.stream.crash_writer import SETTINGS, STREAMS
 
 from crossbeat.stream import StreamStore
+from tests.unit.stream.conftest import all_values
+from tests.unit.stream.crash_writer import SETTINGS, STREAMS
 
 WRITER = Path(__file__).with_name("crash_writer.py")
 REPO = Path(__file__).resolve().parents[3]

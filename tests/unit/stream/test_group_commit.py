@@ -8,9 +8,9 @@ import threading
 from pathlib import Path
 
 import pytest
-from tests.unit.stream.conftest import all_values, make_batch
 
 from crossbeat.stream import StreamSettings, StreamStore
+from tests.unit.stream.conftest import all_values, make_batch
 
 
 class SyncCounter:

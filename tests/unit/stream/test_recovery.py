@@ -8,9 +8,9 @@ from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from tests.unit.stream.conftest import all_values, make_batch
 
 from crossbeat.stream import Stream, StreamSettings, StreamStore
+from tests.unit.stream.conftest import all_values, make_batch
 
 SMALL = StreamSettings(segment_bytes=2048, index_interval_bytes=200, flush_max_delay_ms=0.0)
 

@@ -6,9 +6,9 @@ import asyncio
 from pathlib import Path
 
 import pytest
-from tests.unit.stream.conftest import all_values, make_batch
 
 from crossbeat.stream import OffsetOutOfRange, StreamSettings, StreamStore
+from tests.unit.stream.conftest import all_values, make_batch
 
 HOUR = 3600 * 1000
 
