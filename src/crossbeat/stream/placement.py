@@ -149,6 +149,16 @@ class PlacementDriver:
             raise
         return meta
 
+    def update_config(self, name: str, config: dict[str, str]) -> None:
+        meta = self.get(name)
+        old = meta.config
+        meta.config = dict(config)
+        try:
+            self._persist()
+        except BaseException:
+            meta.config = old
+            raise
+
     def seal_range(self, name: str, end_offset: int) -> tuple[RangeInfo, RangeInfo]:
         """Seal the open range at `end_offset` and open the next one starting there."""
         meta = self.get(name)

@@ -148,11 +148,13 @@ class RangeReplica:
         return max(bisect.bisect_right(self._bases, offset) - 1, 0)
 
     # ---- appending ---------------------------------------------------------------------
-    def needs_roll(self, header: BatchHeader, now_ms: int) -> bool:
+    def needs_roll(
+        self, header: BatchHeader, now_ms: int, segment_bytes: int, segment_ms: int
+    ) -> bool:
         active = self.active
-        if active.size and now_ms - active.created_ms >= self.settings.segment_ms:
+        if active.size and now_ms - active.created_ms >= segment_ms:
             return True
-        return not active.fits(header.size, header.last_offset_delta, self.settings.segment_bytes)
+        return not active.fits(header.size, header.last_offset_delta, segment_bytes)
 
     def append(
         self, buf: bytes | bytearray, base_offset: int, header: BatchHeader

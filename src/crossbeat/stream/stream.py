@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import logging
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -19,10 +20,52 @@ from crossbeat.stream.batch import BatchHeader, assign, validate_batch
 from crossbeat.stream.errors import OffsetOutOfRange, StoreFailed, StreamError
 from crossbeat.stream.placement import RangeInfo, StreamMeta
 from crossbeat.stream.range_server import RangeReplica
+from crossbeat.stream.settings import StreamSettings
 
 if TYPE_CHECKING:
     from crossbeat.stream.segment import Segment
     from crossbeat.stream.store import StreamStore
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class StreamLimits:
+    """The segment and retention limits that apply to one stream."""
+
+    segment_bytes: int
+    segment_ms: int
+    retention_ms: int | None
+    retention_bytes: int | None
+
+    @classmethod
+    def resolve(cls, config: dict[str, str], settings: StreamSettings) -> StreamLimits:
+        def number(key: str) -> int | None:
+            raw = config.get(key)
+            if raw is None:
+                return None
+            try:
+                return int(raw)
+            except ValueError:
+                log.warning("ignoring unparsable stream config %s=%r", key, raw)
+                return None
+
+        seg_bytes = number("segment.bytes")
+        seg_ms = number("segment.ms")
+        ret_ms = number("retention.ms")
+        ret_bytes = number("retention.bytes")
+        return cls(
+            segment_bytes=settings.segment_bytes
+            if seg_bytes is None
+            else min(max(seg_bytes, 1024), 2**31 - 1),
+            segment_ms=settings.segment_ms if seg_ms is None or seg_ms <= 0 else seg_ms,
+            retention_ms=settings.retention_ms
+            if ret_ms is None
+            else (None if ret_ms < 0 else ret_ms),
+            retention_bytes=settings.retention_bytes
+            if ret_bytes is None
+            else (None if ret_bytes < 0 else ret_bytes),
+        )
 
 
 @dataclass(slots=True)
@@ -46,6 +89,7 @@ class Stream:
         self._lock = asyncio.Lock()
         self._hw_changed = asyncio.Event()
         self._gone: StreamError | None = None
+        self._limits: StreamLimits | None = None
 
     # ---- metadata ----------------------------------------------------------------------
     @property
@@ -54,8 +98,28 @@ class Stream:
 
     @property
     def config(self) -> dict[str, str]:
-        """Per-stream configuration, persisted with the placement metadata."""
-        return self._meta.config
+        """Per-stream configuration (a copy), persisted with the placement metadata.
+
+        Change it with `update_config`.
+        """
+        return dict(self._meta.config)
+
+    @property
+    def limits(self) -> StreamLimits:
+        """Effective segment and retention limits: Kafka topic configs in `config`
+        (`segment.bytes`, `segment.ms`, `retention.ms`, `retention.bytes`; -1 = unlimited
+        for retention) override the store's settings; unparsable values are ignored."""
+        if self._limits is None:
+            self._limits = StreamLimits.resolve(self._meta.config, self._store.settings)
+        return self._limits
+
+    def update_config(self, config: dict[str, str]) -> None:
+        """Replace the stream's config (persisted before returning; blocking)."""
+        self._check_readable()
+        if not all(isinstance(k, str) and isinstance(v, str) for k, v in config.items()):
+            raise StreamError("stream config keys and values must be strings")
+        self._store._placement.update_config(self.name, config)
+        self._limits = None
 
     @property
     def ranges(self) -> list[RangeInfo]:
@@ -110,7 +174,9 @@ class Stream:
             self._check_usable()
             while True:
                 replica = self._replicas[-1]
-                if not replica.needs_roll(header, int(time.time() * 1000)):
+                limits = self.limits
+                now_ms = int(time.time() * 1000)
+                if not replica.needs_roll(header, now_ms, limits.segment_bytes, limits.segment_ms):
                     break
                 await replica.roll()
                 self._check_usable()
@@ -262,7 +328,7 @@ class Stream:
     # ---- retention ---------------------------------------------------------------------
     async def enforce_retention(self, now_ms: int) -> None:
         """Delete whole old segments (time and size limits), advancing start_offset."""
-        settings = self._store.settings
+        settings = self.limits
         if settings.retention_ms is None and settings.retention_bytes is None:
             return
         async with self._lock:
