@@ -118,14 +118,18 @@ class TimeIndex:
 
 
 def write_file(path: Path, data: bytes) -> None:
-    """Replace `path` with `data` and fsync it (the caller fsyncs the directory if needed)."""
+    """Replace `path` with `data` (temp file + rename), without fsync.
+
+    Index files are derived data checked on load (entry order, bounds, the final entry), so
+    one lost or torn by a power failure is simply rebuilt; not fsyncing them keeps rolls
+    and closes cheap.
+    """
     tmp = path.with_name(path.name + ".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view) :]
-        os.fsync(fd)
     finally:
         os.close(fd)
     os.replace(tmp, path)

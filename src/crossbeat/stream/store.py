@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from crossbeat.stream.errors import (
@@ -31,11 +32,12 @@ from crossbeat.stream.errors import (
     StreamNotFound,
 )
 from crossbeat.stream.flusher import Flusher
-from crossbeat.stream.placement import PlacementDriver
-from crossbeat.stream.range_server import RangeServer
+from crossbeat.stream.placement import PlacementDriver, StreamMeta
+from crossbeat.stream.range_server import RangeReplica, RangeServer
 from crossbeat.stream.settings import StreamSettings
 from crossbeat.stream.stream import Stream
 
+RECOVERY_THREADS = 8  # streams recovered in parallel (fsyncs and scans overlap)
 MAX_NAME_LENGTH = 249  # Kafka's topic name limit; names never reach the filesystem anyway
 
 
@@ -82,12 +84,20 @@ class StreamStore:
         return store
 
     def _recover(self) -> None:
+        """Open every stream's replicas, several streams at a time (blocking)."""
         rs = self._range_server
-        for meta in self._placement.streams.values():
+        metas = list(self._placement.streams.values())
+
+        def open_stream(meta: StreamMeta) -> list[RangeReplica]:
             replicas = [rs.open_replica(meta.id, info, meta.start_offset) for info in meta.ranges]
             rs.remove_orphan_ranges(meta.id, {info.index for info in meta.ranges})
+            return replicas
+
+        with ThreadPoolExecutor(max_workers=RECOVERY_THREADS) as pool:
+            opened = list(pool.map(open_stream, metas))
+        for meta, replicas in zip(metas, opened, strict=True):
             self._streams[meta.name] = Stream(self, meta, replicas)
-        rs.remove_orphans({m.id for m in self._placement.streams.values()})
+        rs.remove_orphans({m.id for m in metas})
 
     @property
     def fsync_count(self) -> int:
