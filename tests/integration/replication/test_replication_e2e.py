@@ -4,12 +4,22 @@ from __future__ import annotations
 
 import hashlib
 import os
+import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
 
-from tests.integration.replication.conftest import Rig, replicated_bucket, versions, wait_replicated
+from tests.integration.replication.conftest import (
+    Rig,
+    make_destination_bucket,
+    replicated_bucket,
+    source_statuses,
+    versions,
+    wait_replicated,
+)
+from tests.support.procs import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.slow,
               pytest.mark.timeout(600)]
@@ -77,3 +87,90 @@ def test_objects_arrive_identical_at_site_b(rig: Rig) -> None:
     put_workload(rig.s3("a"), bucket, N_OBJECTS)
     wait_replicated(rig, bucket, timeout=300)
     assert_identical(rig, bucket)
+
+
+def put_some(rig: Rig, bucket: str, n: int, prefix: str = "k") -> None:
+    s3 = rig.s3("a")
+    for i in range(n):
+        s3.put_object(Bucket=bucket, Key=f"{prefix}/{i}", Body=os.urandom(100 + i))
+
+
+def test_destination_down_for_a_while_then_completed(rig: Rig) -> None:
+    bucket = replicated_bucket(rig, "rep-down")
+    rig.services["b"].stop()
+    put_some(rig, bucket, 20)
+    # The scenario itself: site b stays down a few seconds while the pipeline retries.
+    time.sleep(4)
+    assert all(s != "COMPLETED" for s in source_statuses(rig, bucket).values())
+    rig.start_gateway("b")
+    wait_replicated(rig, bucket, timeout=120)
+
+
+def test_refusing_destination_fails_then_retry_completes(rig: Rig) -> None:
+    bucket = replicated_bucket(rig, "rep-refuse", at_b=False)  # b answers NoSuchBucket
+    put_some(rig, bucket, 6)
+    wait_until(lambda: set(source_statuses(rig, bucket).values()) == {"FAILED"}, timeout=120,
+               interval=0.5, what="versions FAILED")
+    listed = rig.cli("failed")
+    assert listed.returncode == 0, listed.stderr
+    lines = [line.split("\t") for line in listed.stdout.splitlines() if line.startswith(bucket)]
+    assert len(lines) == 6 and all(line[3] == "b" for line in lines)
+    make_destination_bucket(rig, bucket)
+    one = rig.cli("retry", *lines[0][:3])
+    assert one.returncode == 0 and "requeued 1" in one.stdout, one.stderr
+    rest = rig.cli("retry", "--all")
+    assert rest.returncode == 0 and "requeued 5" in rest.stdout, rest.stdout + rest.stderr
+    wait_replicated(rig, bucket, timeout=120)
+    assert rig.cli("retry").returncode != 0  # neither --all nor a version: usage error
+
+
+def test_pause_holds_a_site_and_resume_loses_nothing(rig: Rig) -> None:
+    bucket = replicated_bucket(rig, "rep-pause")
+    paused = rig.cli("pause", "b")
+    assert paused.returncode == 0, paused.stderr
+    # The query reads the control topic about once a second before planning a batch.
+    time.sleep(3)
+    put_some(rig, bucket, 10)
+    time.sleep(5)
+    assert versions(rig.s3("b"), bucket) == []
+    assert set(source_statuses(rig, bucket).values()) == {"PENDING"}
+    resumed = rig.cli("resume", "b")
+    assert resumed.returncode == 0, resumed.stderr
+    wait_replicated(rig, bucket, timeout=120)
+    assert rig.cli("pause", "nowhere").returncode != 0
+
+
+def test_kill9_of_populator_broker_and_spark_driver_converges(rig: Rig) -> None:
+    bucket = replicated_bucket(rig, "rep-chaos")
+    stop = threading.Event()
+    written = [0]
+    errors: list[Exception] = []
+
+    def writer() -> None:
+        s3 = rig.s3("a")
+        while not stop.is_set() and written[0] < 400:
+            i = written[0]
+            try:
+                s3.put_object(Bucket=bucket, Key=f"c/{i % 150}", Body=os.urandom(64 + i % 500))
+            except Exception as exc:  # noqa: BLE001 - site a stays up; report at the end
+                errors.append(exc)
+            written[0] += 1
+            time.sleep(0.02)
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    try:
+        for victim in ("populator", "broker", "pipeline"):
+            start = written[0]
+            wait_until(lambda s=start: written[0] >= s + 40, timeout=60, what="writes")
+            if victim == "broker":
+                rig.services["broker"].kill()
+                rig.start_broker()
+            else:
+                rig.workers[victim].kill()
+                (rig.start_populator if victim == "populator" else rig.start_pipelines)()
+    finally:
+        stop.set()
+        thread.join(timeout=60)
+    assert not errors, errors[:3]
+    wait_replicated(rig, bucket, timeout=240)  # also: no extra (duplicate) versions at b
