@@ -39,6 +39,7 @@ class RangeReplica:
         self.sealed = sealed
         self.segments: list[Segment] = []
         self._bases: list[int] = []
+        self._rolling: asyncio.Future[None] | None = None
 
     # ---- lifecycle ---------------------------------------------------------------------
     @classmethod
@@ -169,8 +170,20 @@ class RangeReplica:
         The old segment is fsynced and the new file's directory entry made durable (in a
         worker thread) before any byte goes to the new segment: so after a crash only the
         last segment of a range can have a torn tail. If the replica is sealed while this
-        waits, the new empty segment is removed again.
+        waits, the new empty segment is removed again. A caller cancelled while waiting
+        does not cancel the roll itself (it completes; the next caller joins it).
         """
+        if self._rolling is None:
+            self._rolling = asyncio.ensure_future(self._roll())
+        await asyncio.shield(self._rolling)
+
+    async def _roll(self) -> None:
+        try:
+            await self._roll_once()
+        finally:
+            self._rolling = None
+
+    async def _roll_once(self) -> None:
         old = self.active
         if old.full or self.sealed:
             return
@@ -209,6 +222,11 @@ class RangeReplica:
             active.synced = max(active.synced, size)
             active.write_indexes()
         return self.next_offset
+
+    def unseal(self) -> None:
+        """Undo `seal` when the placement driver could not record it."""
+        self.sealed = False
+        self.active.full = False
 
     # ---- retention ---------------------------------------------------------------------
     def drop_first_segments(self, count: int) -> None:

@@ -174,6 +174,8 @@ class Stream:
             self._check_usable()
             while True:
                 replica = self._replicas[-1]
+                if replica.sealed:  # only if sealing failed half-way (placement not written)
+                    raise StreamError(f"the open range of stream {self.name!r} is sealed")
                 limits = self.limits
                 now_ms = int(time.time() * 1000)
                 if not replica.needs_roll(header, now_ms, limits.segment_bytes, limits.segment_ms):
@@ -320,7 +322,11 @@ class Stream:
         self._check_usable()
         replica = self._replicas[-1]
         end = replica.seal()
-        sealed, fresh = self._store._placement.seal_range(self.name, end)
+        try:
+            sealed, fresh = self._store._placement.seal_range(self.name, end)
+        except BaseException:
+            replica.unseal()  # the placement driver still has it open: keep appending there
+            raise
         self._replicas.append(self._store._range_server.create_replica(self._meta.id, fresh))
         self.on_synced()
         return sealed

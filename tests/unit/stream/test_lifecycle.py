@@ -167,3 +167,31 @@ def test_segments_roll_by_age(tmp_path: Path) -> None:
         await store.close()
 
     asyncio.run(main())
+
+
+def test_cancelled_append_during_roll_leaves_a_consistent_stream(tmp_path: Path) -> None:
+    async def main() -> None:
+        store = await StreamStore.open(tmp_path, CFG)
+        stream = store.create_stream("s")
+        while len(stream._replicas[0].segments) == 1:
+            await stream.append(make_batch([b"x" * 300]))
+        segments = len(stream._replicas[0].segments)
+        active = stream._replicas[0].active
+        while active.fits(400, 0, CFG.segment_bytes):
+            await stream.append(make_batch([b"y" * 300]))
+        # The next append must roll; cancel it while the roll's fsync runs in a thread.
+        task = asyncio.create_task(stream.append(make_batch([b"z" * 300])))
+        for _ in range(3):
+            await asyncio.sleep(0)
+        assert stream._replicas[0]._rolling is not None
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        base = await stream.append(make_batch([b"after"]))
+        assert len(stream._replicas[0].segments) == segments + 1
+        values = all_values(stream.read(0, 10**9))
+        assert [o for o, _ in values] == list(range(base + 1))
+        assert values[-1][1] == b"after"
+        await store.close()
+
+    asyncio.run(main())
