@@ -64,12 +64,12 @@ async def create_bucket(gw: Gateway, req: Request, p: Principal, ctx: Any) -> Re
 
 
 async def head_bucket(gw: Gateway, req: Request, p: Principal) -> Response:
-    await gw.bucket(req.bucket, p)
+    await gw.bucket(req.bucket, p, fresh=True)
     return Response(headers={"x-amz-bucket-region": gw.settings.region})
 
 
 async def delete_bucket(gw: Gateway, req: Request, p: Principal) -> Response:
-    await gw.bucket(req.bucket, p)
+    await gw.bucket(req.bucket, p, fresh=True)
     gw.forget_bucket(req.bucket)
     try:
         await gw.run(gw.store.delete_bucket, req.bucket)
@@ -83,7 +83,7 @@ async def delete_bucket(gw: Gateway, req: Request, p: Principal) -> Response:
 
 
 async def list_objects(gw: Gateway, req: Request, p: Principal, v2: bool) -> Response:
-    bucket = await gw.bucket(req.bucket, p)
+    bucket = await gw.bucket(req.bucket, p, fresh=True)
     body = await gw.run(
         partial(listing.list_objects, owner=(p.access_key, p.display_name)), gw.store, bucket, req.query, v2
     )
@@ -91,7 +91,7 @@ async def list_objects(gw: Gateway, req: Request, p: Principal, v2: bool) -> Res
 
 
 async def list_versions(gw: Gateway, req: Request, p: Principal) -> Response:
-    bucket = await gw.bucket(req.bucket, p)
+    bucket = await gw.bucket(req.bucket, p, fresh=True)
     body = await gw.run(
         partial(listing.list_object_versions, owner=(p.access_key, p.display_name)), gw.store, bucket, req.query
     )
@@ -99,7 +99,7 @@ async def list_versions(gw: Gateway, req: Request, p: Principal) -> Response:
 
 
 async def put_versioning(gw: Gateway, req: Request, p: Principal, ctx: Any) -> Response:
-    bucket = await gw.bucket(req.bucket, p)
+    bucket = await gw.bucket(req.bucket, p, fresh=True)
     status = xmldoc.parse_versioning(await read_document(req, ctx))
     if status == "Suspended" and bucket.replication:
         raise S3Error(
@@ -113,7 +113,7 @@ async def put_versioning(gw: Gateway, req: Request, p: Principal, ctx: Any) -> R
 
 
 async def put_replication(gw: Gateway, req: Request, p: Principal, ctx: Any) -> Response:
-    bucket = await gw.bucket(req.bucket, p)
+    bucket = await gw.bucket(req.bucket, p, fresh=True)
     config = replication_config.parse_replication(await read_document(req, ctx), bucket.versioning)
     await gw.run(gw.store.update_bucket, req.bucket, replication=config)
     gw.forget_bucket(req.bucket)
@@ -121,7 +121,7 @@ async def put_replication(gw: Gateway, req: Request, p: Principal, ctx: Any) -> 
 
 
 async def put_notification(gw: Gateway, req: Request, p: Principal, ctx: Any) -> Response:
-    await gw.bucket(req.bucket, p)
+    await gw.bucket(req.bucket, p, fresh=True)
     config = notification_config.parse_notification(await read_document(req, ctx))
     await gw.run(gw.store.update_bucket, req.bucket, notification=config or None)
     gw.forget_bucket(req.bucket)
@@ -129,7 +129,7 @@ async def put_notification(gw: Gateway, req: Request, p: Principal, ctx: Any) ->
 
 
 async def put_tagging(gw: Gateway, req: Request, p: Principal, ctx: Any) -> Response:
-    bucket = await gw.bucket(req.bucket, p)
+    bucket = await gw.bucket(req.bucket, p, fresh=True)
     tags = xmldoc.parse_tagging(await read_document(req, ctx), max_tags=50)
     attrs = dict(bucket.attrs)
     attrs["tags"] = tags
@@ -140,7 +140,7 @@ async def put_tagging(gw: Gateway, req: Request, p: Principal, ctx: Any) -> Resp
 
 async def put_acl(gw: Gateway, req: Request, p: Principal, ctx: Any) -> Response:
     # ACLs are not modelled: ownership decides access. Accept private (the default) only.
-    await gw.bucket(req.bucket, p)
+    await gw.bucket(req.bucket, p, fresh=True)
     await read_document(req, ctx)
     acl = req.headers.get("x-amz-acl", "private")
     if acl != "private":
@@ -172,7 +172,7 @@ NOT_CONFIGURED = {
 
 
 async def get_sub(gw: Gateway, req: Request, p: Principal, sub: str) -> Response:
-    bucket = await gw.bucket(req.bucket, p)
+    bucket = await gw.bucket(req.bucket, p, fresh=True)
     if sub == "versioning":
         return xml_response(xmldoc.versioning_xml(bucket.versioning))
     if sub == "location":
@@ -204,7 +204,7 @@ async def get_sub(gw: Gateway, req: Request, p: Principal, sub: str) -> Response
 
 
 async def delete_sub(gw: Gateway, req: Request, p: Principal, sub: str) -> Response:
-    bucket = await gw.bucket(req.bucket, p)
+    bucket = await gw.bucket(req.bucket, p, fresh=True)
     if sub == "replication":
         await gw.run(gw.store.update_bucket, req.bucket, replication=None)
     elif sub == "notification":

@@ -43,9 +43,9 @@ class Gateway:
         self.repositories = repositories
         self.principals = principals
         self.executor = ThreadPoolExecutor(settings.worker_threads, thread_name_prefix="s3")
-        # Buckets by name. Only this process writes this store, and every bucket change goes
-        # through `forget_bucket`, so the cache never serves a stale bucket for longer than
-        # the change's own request.
+        # Buckets by name, for what never changes in a bucket's life: its owner and location.
+        # Other gateway processes may change versioning or configurations at any time, so
+        # handlers that depend on those ask for `fresh=True` or re-read inside the commit.
         self._buckets: dict[str, Bucket] = {}
 
     # -- construction -------------------------------------------------------------------
@@ -106,9 +106,13 @@ class Gateway:
         """Drop a bucket from the cache after it changed."""
         self._buckets.pop(name, None)
 
-    async def bucket(self, name: str, principal: Principal) -> Bucket:
-        """The bucket if it exists and `principal` owns it; S3 errors otherwise."""
-        bucket = self._buckets.get(name)
+    async def bucket(self, name: str, principal: Principal, fresh: bool = False) -> Bucket:
+        """The bucket if it exists and `principal` owns it; S3 errors otherwise.
+
+        Without `fresh` the answer may come from the cache: right for its owner and
+        location, possibly stale for versioning and configurations.
+        """
+        bucket = None if fresh else self._buckets.get(name)
         if bucket is None:
             bucket = await self.run(self.store.get_bucket, name)
             if bucket is not None:

@@ -155,7 +155,7 @@ async def _all_parts(gw: Gateway, upload_id: str) -> dict[int, dict[str, Any]]:
 
 
 async def complete_upload(gw: Gateway, req: Request, p: Principal, ctx: Any) -> Response:
-    bucket = await gw.bucket(req.bucket, p)
+    bucket = await gw.bucket(req.bucket, p, fresh=True)
     upload = await _upload(gw, req)
     requested = xmldoc.parse_complete_upload(await read_document(req, ctx))
     if not requested:

@@ -118,7 +118,7 @@ async def commit_version(
 
 def _write_headers(bucket: Bucket, meta: dict[str, Any]) -> dict[str, str]:
     h = {"etag": quoted(meta["etag"])}
-    if bucket.versioning:
+    if bucket.versioning or meta["versionId"] != "null":
         h["x-amz-version-id"] = meta["versionId"]
     return h
 
@@ -131,9 +131,14 @@ async def put_object(gw: Gateway, req: Request, p: Principal, ctx: Any) -> Respo
     precondition = write_precondition(req.headers)
 
     def commit(written: Written) -> dict[str, Any]:
-        # runs on a worker thread, right after the data is durable
+        # Runs on a worker thread, right after the data is durable. The bucket is read again
+        # here: versioning and replication may have changed (in any gateway process) since
+        # the request began, and the version must follow the state it commits under.
+        current = gw.store.get_bucket(bucket.name)
+        if current is None or current.owner != bucket.owner:
+            raise S3Error("NoSuchBucket", resource=f"/{bucket.name}", extra={"BucketName": bucket.name})
         meta = new_meta(
-            bucket, req.key, size=written.size, etag=written.md5_hex,
+            current, req.key, size=written.size, etag=written.md5_hex,
             location=[written.location.to_json()], headers=req.headers, tags=tags,
             content_type=req.headers.get("content-type"), user_meta=umeta, sys_headers=sys_headers,
         )
@@ -173,11 +178,15 @@ async def lookup(gw: Gateway, bucket: str, key: str, version_id: str | None) -> 
 
 
 def _prepare_get(
-    gw: Gateway, req: Request, versioned: bool, head: bool
+    gw: Gateway, req: Request, head: bool
 ) -> tuple[int, dict[str, str], dict[str, Any], int, int, bytes | None]:
     """Everything GET/HEAD needs, in one worker call: the version, preconditions, range,
     headers, and for small objects the bytes themselves."""
     meta = lookup_sync(gw, req.bucket, req.key, req.query.get("versionId"))
+    versioned = meta["versionId"] != "null"
+    if not versioned:
+        current = gw.store.get_bucket(req.bucket)
+        versioned = bool(current and current.versioning)
     check_conditionals(meta, req.headers)
     size = int(meta["size"])
     headers = object_headers(meta, versioned)
@@ -206,8 +215,8 @@ def _prepare_get(
 
 
 async def get_object(gw: Gateway, req: Request, p: Principal, head: bool) -> Response:
-    bucket = await gw.bucket(req.bucket, p)
-    status, headers, meta, start, end, data = await gw.run(_prepare_get, gw, req, bool(bucket.versioning), head)
+    await gw.bucket(req.bucket, p)
+    status, headers, meta, start, end, data = await gw.run(_prepare_get, gw, req, head)
     if head:
         return Response(status=status, headers=headers)
     if data is not None:
@@ -273,13 +282,13 @@ async def delete_one(
 
 
 async def delete_object(gw: Gateway, req: Request, p: Principal) -> Response:
-    bucket = await gw.bucket(req.bucket, p)
+    bucket = await gw.bucket(req.bucket, p, fresh=True)
     headers = await delete_one(gw, bucket, req.key, req.query.get("versionId"))
     return Response(status=204, headers=headers)
 
 
 async def delete_objects(gw: Gateway, req: Request, p: Principal, ctx: Any) -> Response:
-    bucket = await gw.bucket(req.bucket, p)
+    bucket = await gw.bucket(req.bucket, p, fresh=True)
     quiet, items = xmldoc.parse_delete_objects(await read_document(req, ctx))
     deleted: list[xmldoc.DeletedObject] = []
     errors: list[xmldoc.DeleteError] = []
@@ -355,7 +364,7 @@ def copy_data(
 
 
 async def copy_object(gw: Gateway, req: Request, p: Principal, ctx: Any) -> Response:
-    bucket = await gw.bucket(req.bucket, p)
+    bucket = await gw.bucket(req.bucket, p, fresh=True)
     src, src_version = await copy_source(gw, req, p)
     await read_document(req, ctx)
     directive = req.headers.get("x-amz-metadata-directive", "COPY").upper()
