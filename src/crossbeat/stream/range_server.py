@@ -268,12 +268,22 @@ class RangeServer:
     def drop_stream(self, stream_id: int) -> None:
         shutil.rmtree(self.root / str(stream_id), ignore_errors=True)
 
-    def remove_orphans(self, known_ids: set[int]) -> None:
-        """Delete stream directories the placement driver does not know (a crash mid-delete)."""
-        for child in self.root.iterdir():
-            if child.is_dir() and not (child.name.isdigit() and int(child.name) in known_ids):
-                log.info("removing orphaned stream directory %s", child)
+    def stream_ids_on_disk(self) -> set[int]:
+        return {int(c.name) for c in self.root.iterdir() if c.is_dir() and c.name.isdigit()}
+
+    def remove_orphans(self, known_ids: set[int], next_id: int) -> None:
+        """Delete directories of streams the placement driver deleted (a crash mid-delete).
+
+        Only ids the driver has handed out (below `next_id`) are removed: a directory with
+        a higher id was never recorded as deleted, so it is left alone (and logged).
+        """
+        for stream_id in self.stream_ids_on_disk() - known_ids:
+            child = self.root / str(stream_id)
+            if stream_id < next_id:
+                log.info("removing directory of deleted stream %s", child)
                 shutil.rmtree(child, ignore_errors=True)
+            else:
+                log.warning("leaving unknown stream directory %s alone", child)
 
     def remove_orphan_ranges(self, stream_id: int, known: set[int]) -> None:
         base = self.root / str(stream_id)

@@ -29,6 +29,7 @@ from pathlib import Path
 from crossbeat.stream.errors import (
     InvalidStreamName,
     StoreClosed,
+    StreamError,
     StreamNotFound,
 )
 from crossbeat.stream.flusher import Flusher
@@ -87,6 +88,11 @@ class StreamStore:
         """Open every stream's replicas, several streams at a time (blocking)."""
         rs = self._range_server
         metas = list(self._placement.streams.values())
+        if not self._placement.path.exists() and rs.stream_ids_on_disk():
+            raise StreamError(
+                f"{self._placement.path} is missing but {rs.root} holds stream data; refusing "
+                "to open (restore the placement file, or remove the data deliberately)"
+            )
 
         def open_stream(meta: StreamMeta) -> list[RangeReplica]:
             replicas = [rs.open_replica(meta.id, info, meta.start_offset) for info in meta.ranges]
@@ -97,7 +103,7 @@ class StreamStore:
             opened = list(pool.map(open_stream, metas))
         for meta, replicas in zip(metas, opened, strict=True):
             self._streams[meta.name] = Stream(self, meta, replicas)
-        rs.remove_orphans({m.id for m in metas})
+        rs.remove_orphans({m.id for m in metas}, self._placement.next_id)
 
     @property
     def fsync_count(self) -> int:

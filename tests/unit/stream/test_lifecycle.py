@@ -12,6 +12,7 @@ import pytest
 from crossbeat.stream import (
     StoreClosed,
     StoreFailed,
+    StreamError,
     StreamNotFound,
     StreamSettings,
     StreamStore,
@@ -111,13 +112,13 @@ def test_leftovers_of_interrupted_operations_are_cleaned(tmp_path: Path) -> None
         for name, data in first_segments.items():
             if not (segment_dir / name).exists():
                 (segment_dir / name).write_bytes(data)
-        (tmp_path / "ranges" / "99").mkdir()  # a stream the placement driver never knew
+        (tmp_path / "ranges" / "1" / "7").mkdir()  # a range the placement driver dropped
         (tmp_path / "placement.json.tmp").write_bytes(b"{half")
         store = await StreamStore.open(tmp_path, cfg)
         reopened = store.get_stream("s")
         assert reopened is not None and reopened.start_offset == start
         assert min(int(p.stem) for p in segment_dir.glob("*.log")) == start
-        assert not (tmp_path / "ranges" / "99").exists()
+        assert not (tmp_path / "ranges" / "1" / "7").exists()
         assert not (tmp_path / "placement.json.tmp").exists()
         assert all_values(reopened.read(start, 10**9))[-1][0] == 59
         await store.close()
@@ -193,5 +194,37 @@ def test_cancelled_append_during_roll_leaves_a_consistent_stream(tmp_path: Path)
         assert [o for o, _ in values] == list(range(base + 1))
         assert values[-1][1] == b"after"
         await store.close()
+
+    asyncio.run(main())
+
+
+def test_deleted_stream_directories_go_unknown_ones_stay(tmp_path: Path) -> None:
+    async def main() -> None:
+        store = await StreamStore.open(tmp_path, CFG)
+        store.create_stream("a")
+        store.create_stream("b")
+        await store.close()
+        store = await StreamStore.open(tmp_path, CFG)
+        store.delete_stream("b")
+        await store.close()
+        (tmp_path / "ranges" / "2").mkdir()  # as if the delete's rmtree was interrupted
+        (tmp_path / "ranges" / "50").mkdir()  # never handed out: not ours to delete
+        store = await StreamStore.open(tmp_path, CFG)
+        assert not (tmp_path / "ranges" / "2").exists()
+        assert (tmp_path / "ranges" / "50").exists()
+        await store.close()
+
+    asyncio.run(main())
+
+
+def test_missing_placement_file_with_data_refuses_to_open(tmp_path: Path) -> None:
+    async def main() -> None:
+        store = await StreamStore.open(tmp_path, CFG)
+        await store.create_stream("a").append(make_batch([b"precious"]))
+        await store.close()
+        (tmp_path / "placement.json").unlink()
+        with pytest.raises(StreamError, match="missing"):
+            await StreamStore.open(tmp_path, CFG)
+        assert any((tmp_path / "ranges").glob("*/*/*.log"))
 
     asyncio.run(main())
