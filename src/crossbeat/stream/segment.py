@@ -31,6 +31,7 @@ from crossbeat.stream.batch import (
     iter_batch_positions,
     parse_header,
 )
+from crossbeat.stream.errors import StreamError
 from crossbeat.stream.index import OffsetIndex, TimeIndex, read_file, write_file
 
 log = logging.getLogger(__name__)
@@ -302,7 +303,8 @@ class Segment:
             base, length, magic, _attributes, last_delta = WALK.unpack_from(buf, rel)
             size = length + LOG_OVERHEAD
             if magic != MAGIC or length < HEADER_SIZE - LOG_OVERHEAD or pos + size > end_file:
-                break  # cannot happen for written data; never serve past it
+                # Only damage on disk (recovery verified what it kept) gets here.
+                raise StreamError(f"segment {self.log_path} is damaged at byte {pos}")
             if base + last_delta < offset:
                 pos += size
                 continue
@@ -317,7 +319,7 @@ class Segment:
                 view = memoryview(buf)
                 buf_pos, rel = pos, 0
                 if len(buf) < size:
-                    break
+                    raise StreamError(f"segment {self.log_path} is shorter than expected")
             out.append(view[rel : rel + size])
             used += size
             pos += size

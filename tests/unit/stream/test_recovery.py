@@ -6,10 +6,11 @@ import asyncio
 import os
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from crossbeat.stream import Stream, StreamSettings, StreamStore
+from crossbeat.stream import Stream, StreamError, StreamSettings, StreamStore
 from tests.unit.stream.conftest import all_values, make_batch
 
 SMALL = StreamSettings(segment_bytes=2048, index_interval_bytes=200, flush_max_delay_ms=0.0)
@@ -166,6 +167,24 @@ def test_recovery_on_random_truncation(tmp_path_factory, cut: float) -> None:
         assert stream.end_offset == (got[-1][0] + 1 if got else 0)
         # The store keeps working at the right offset.
         assert await stream.append(make_batch([b"z"])) == stream.end_offset - 1
+        await store.close()
+
+    asyncio.run(main())
+
+
+def test_damage_inside_a_closed_segment_is_reported_not_skipped(tmp_path: Path) -> None:
+    async def main() -> None:
+        await _fill(tmp_path, 60)
+        first = _segments(tmp_path)[0]
+        ends = _batch_ends(first)
+        with first.open("r+b") as fh:  # wreck the magic byte of the second batch
+            fh.seek(ends[0] + 16)
+            fh.write(b"\x07")
+        store, stream = await _reopen(tmp_path)
+        with pytest.raises(StreamError, match="damaged"):
+            stream.read(0, 10**9)
+        later = int(_segments(tmp_path)[-1].stem)
+        assert stream.read(later, 100)  # later segments still serve
         await store.close()
 
     asyncio.run(main())
