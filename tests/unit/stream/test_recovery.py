@@ -24,7 +24,7 @@ async def _fill(
     expected: list[tuple[int, bytes]] = []
     for i in range(batches):
         values = [f"r{i}-{j}".encode() * 4 for j in range(i % 3 + 1)]
-        base = await stream.append(make_batch(values))
+        base = await stream.append(make_batch(values), durable=False)  # close() syncs
         expected.extend((base + j, v) for j, v in enumerate(values))
     await store.close()
     return expected
