@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 
@@ -233,25 +234,34 @@ def versions(s3: Any, bucket: str) -> list[tuple[str, str, str, bool, Any]]:
     return [(k, v, e, latest, size) for k, v, e, latest, size, _ in out]
 
 
-def source_statuses(rig: Rig, bucket: str) -> dict[str, str]:
-    """versionId → global replication status at the source, via the internal route."""
+def source_status(rig: Rig, bucket: str, key: str, vid: str) -> str:
+    """The version's global replication status at the source (internal metadata route)."""
     from tests.support.gateway import signed
 
-    out = {}
-    for key, vid, *_ in versions(rig.s3("a"), bucket):
-        md = signed("GET", f"{rig.url('a')}/_/crossbeat/metadata/{bucket}/{key}?versionId={vid}").json()
-        out[vid] = (md.get("replicationInfo") or {}).get("status", "")
-    return out
+    md = signed("GET", f"{rig.url('a')}/_/crossbeat/metadata/{bucket}/{quote(key)}?versionId={vid}").json()
+    return str((md.get("replicationInfo") or {}).get("status", ""))
+
+
+def source_statuses(rig: Rig, bucket: str) -> dict[str, str]:
+    """versionId → global replication status at the source."""
+    return {vid: source_status(rig, bucket, key, vid) for key, vid, *_ in versions(rig.s3("a"), bucket)}
 
 
 def wait_replicated(rig: Rig, bucket: str, timeout: float = 180) -> None:
     """Until every source version is COMPLETED and site b lists exactly the same versions."""
 
+    completed: set[str] = set()  # COMPLETED is final: never ask twice
+
     def done() -> bool:
         src = versions(rig.s3("a"), bucket)
-        return versions(rig.s3("b"), bucket) == src and all(
-            s == "COMPLETED" for s in source_statuses(rig, bucket).values()
-        )
+        if versions(rig.s3("b"), bucket) != src:
+            return False
+        for key, vid, *_ in src:
+            if vid not in completed:
+                if source_status(rig, bucket, key, vid) != "COMPLETED":
+                    return False
+                completed.add(vid)
+        return True
 
     try:
         wait_until(done, timeout=timeout, interval=1.0, what=f"{bucket} replicated")
