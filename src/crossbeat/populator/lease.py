@@ -31,7 +31,7 @@ class GroupLease:
         self, brokers: str, group: str, topic: str, *, session_timeout_ms: int = 10_000
     ) -> None:
         self.topic = topic
-        self._active = False
+        self._held: set[int] = set()
         self._consumer = Consumer(
             {
                 "bootstrap.servers": brokers,
@@ -42,24 +42,33 @@ class GroupLease:
                 "heartbeat.interval.ms": max(500, session_timeout_ms // 5),
                 # The populator polls between batches; a batch may take long.
                 "max.poll.interval.ms": 300_000,
+                # Sticky and cooperative: a populator joining does not take the lease
+                # away from the one holding it.
+                "partition.assignment.strategy": "cooperative-sticky",
             }
         )
-        self._consumer.subscribe([topic], on_assign=self._on_assign, on_revoke=self._on_revoke,
-                                 on_lost=self._on_revoke)
+        self._consumer.subscribe(
+            [topic], on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_revoke
+        )
+
+    @property
+    def _active(self) -> bool:
+        return 0 in self._held
 
     def _on_assign(self, consumer: Any, partitions: list[TopicPartition]) -> None:
-        consumer.assign(partitions)
-        # We never read the lease topic; pausing keeps the consumer from fetching it.
-        consumer.pause(partitions)
-        self._active = any(p.partition == 0 for p in partitions)
-        if self._active:
+        was = self._active
+        self._held |= {p.partition for p in partitions}
+        if partitions:
+            # We never read the lease topic; pausing keeps the consumer from fetching it.
+            consumer.pause(partitions)
+        if self._active and not was:
             log.info("populator lease acquired")
 
     def _on_revoke(self, consumer: Any, partitions: list[TopicPartition]) -> None:
-        if self._active:
+        was = self._active
+        self._held -= {p.partition for p in partitions}
+        if was and not self._active:
             log.info("populator lease lost")
-        self._active = False
-        consumer.unassign()
 
     def poll(self, timeout: float = 0.0) -> bool:
         """Serve group callbacks; True while this populator holds the lease."""
@@ -76,5 +85,5 @@ class GroupLease:
         self._consumer.commit(offsets=[TopicPartition(self.topic, 0, seq)], asynchronous=False)
 
     def close(self) -> None:
-        self._active = False
+        self._held.clear()
         self._consumer.close()
