@@ -28,8 +28,7 @@ def gateway(
 ) -> None:
     """Serve the S3 API; every metadata change lands in the journal."""
     from crossbeat.s3.credentials import principals, root_principal
-    from crossbeat.s3.gateway import Gateway
-    from crossbeat.s3.server import bind, serve
+    from crossbeat.s3.server import run_gateway
     from crossbeat.s3.settings import GatewaySettings
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
@@ -39,14 +38,17 @@ def gateway(
             data_dir=data_dir, listen=listen, tls_cert=tls_cert, tls_key=tls_key, site=site,
         )
         root, generated = root_principal(settings)
-        gw = Gateway.open(settings, principals(settings, root))
-        sock = bind(settings.listen)
     except (CrossbeatError, OSError, ValueError) as exc:
         raise click.ClickException(str(exc)) from exc
     if generated:
         click.echo(f"generated root credentials: access key {root.access_key} secret key {root.secret_key}")
         click.echo(f"(kept in {Path(settings.data_dir) / 'root-credentials.json'})")
     try:
-        serve(gw, sock, lambda url: click.echo(f"crossbeat gateway listening on {url}"))
-    finally:
-        gw.close()
+        code = run_gateway(
+            settings,
+            principals(settings, root),
+            lambda url: print(f"crossbeat gateway listening on {url}", flush=True),
+        )
+    except (CrossbeatError, OSError, ValueError) as exc:
+        raise click.ClickException(str(exc)) from exc
+    raise SystemExit(code)

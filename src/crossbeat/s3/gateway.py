@@ -58,6 +58,7 @@ class Gateway:
             MetadataSettings(
                 journal_retention_entries=settings.journal_retention_entries,
                 journal_retention_seconds=settings.journal_retention_seconds,
+                journal_poll_seconds=settings.journal_poll_seconds,
             ),
         )
         repo_cfg: dict[str, RepositorySettings] = {

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
+import signal
 import socket
 import sys
 from collections.abc import Callable
 
 import uvicorn
 
+from crossbeat.s3.auth import Principal
 from crossbeat.s3.gateway import Gateway
+from crossbeat.s3.settings import GatewaySettings
 
 log = logging.getLogger("crossbeat.gateway")
 
@@ -50,10 +55,111 @@ def serve(gw: Gateway, sock: socket.socket, on_ready: Callable[[str], None] | No
     )
     # Worker threads (file I/O, SQLite) hold the GIL between their blocking calls; a short
     # switch interval keeps the event loop from queueing 5 ms behind them at each hand-back.
-    sys.setswitchinterval(0.0005)
+    sys.setswitchinterval(0.005)
     server = uvicorn.Server(config)
-    host, port = sock.getsockname()[:2]
-    url = f"{'https' if tls else 'http'}://{host}:{port}"
     if on_ready is not None:
-        on_ready(url)
+        on_ready(_url(sock, settings))
     server.run(sockets=[sock])
+
+
+def _die_with_parent() -> None:
+    """Linux: a worker gets SIGKILL when the supervising process dies (even by kill -9)."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        pr_set_pdeathsig = 1
+        libc.prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
+    except OSError:  # not Linux: workers then outlive a killed supervisor
+        pass
+
+
+def effective_workers(settings: GatewaySettings) -> int:
+    return settings.workers if settings.workers > 0 else max(1, min(os.cpu_count() or 1, 4))
+
+
+def run_gateway(
+    settings: GatewaySettings,
+    principals: dict[str, Principal],
+    on_ready: Callable[[str], None] | None = None,
+) -> int:
+    """Serve S3 until SIGTERM/SIGINT with `settings.workers` processes; returns an exit code.
+
+    Several workers share one listening socket and one metadata store (SQLite serialises
+    their commits; journal seqs stay dense). The supervisor runs the cleanup pass once,
+    before any worker serves, then forks the workers; if one dies unexpectedly the rest are
+    stopped too, so a half-alive gateway never lingers.
+    """
+    sock = bind(settings.listen)
+    workers = effective_workers(settings)
+    if workers == 1:
+        gw = Gateway.open(settings, principals)
+        try:
+            serve(gw, sock, on_ready)
+        finally:
+            gw.close()
+        return 0
+    Gateway.open(settings, principals).close()  # cleanup pass; leaves no thread behind
+    child_settings = settings.model_copy(update={"cleanup_on_start": False})
+    pids: set[int] = set()
+    for _ in range(workers):
+        pid = os.fork()
+        if pid == 0:  # worker
+            _die_with_parent()
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+            code = 0
+            try:
+                gw = Gateway.open(child_settings, principals)
+                try:
+                    serve(gw, sock, None)
+                finally:
+                    gw.close()
+            except BaseException:  # noqa: BLE001 - report, then exit without unwinding the parent's state
+                log.exception("gateway worker failed")
+                code = 1
+            os._exit(code)
+        pids.add(pid)
+    return _supervise(pids, sock, settings, on_ready)
+
+
+def _supervise(
+    pids: set[int],
+    sock: socket.socket,
+    settings: GatewaySettings,
+    on_ready: Callable[[str], None] | None,
+) -> int:
+    stopping = False
+
+    def stop(signum: int, _frame: object) -> None:
+        nonlocal stopping
+        stopping = True
+        for pid in list(pids):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    if on_ready is not None:
+        on_ready(_url(sock, settings))
+    code = 0
+    while pids:
+        try:
+            pid, status = os.wait()
+        except ChildProcessError:
+            break
+        except InterruptedError:
+            continue
+        pids.discard(pid)
+        if not stopping:
+            log.error("gateway worker %d exited (status %d); stopping the others", pid, status)
+            code = 1
+            stop(signal.SIGTERM, None)
+    sock.close()
+    return code
+
+
+def _url(sock: socket.socket, settings: GatewaySettings) -> str:
+    host, port = sock.getsockname()[:2]
+    tls = settings.tls_cert is not None and settings.tls_key is not None
+    return f"{'https' if tls else 'http'}://{host}:{port}"

@@ -46,6 +46,10 @@ class GatewaySettings(BaseSettings):
     max_object_bytes: int = 5 * 1024**4
     min_part_bytes: int = 5 * 1024 * 1024
     worker_threads: int = 32
+    # gateway processes sharing the listening socket; 0 = one per core (at most 4)
+    workers: int = 0
+    # how often a journal long-poll looks for commits made by another gateway process
+    journal_poll_seconds: float = 0.05
     journal_retention_entries: int = 10_000_000
     journal_retention_seconds: float = 7 * 24 * 3600
     cleanup_on_start: bool = True
