@@ -51,6 +51,8 @@ def serve(gw: Gateway, sock: socket.socket, on_ready: Callable[[str], None] | No
         ssl_certfile=str(settings.tls_cert) if tls else None,
         ssl_keyfile=str(settings.tls_key) if tls else None,
         timeout_keep_alive=75,
+        proxy_headers=False,
+        server_header=False,
         backlog=2048,
     )
     # Worker threads (file I/O, SQLite) hold the GIL between their blocking calls; a short

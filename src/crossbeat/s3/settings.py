@@ -45,7 +45,7 @@ class GatewaySettings(BaseSettings):
     small_object_bytes: int = 1024 * 1024
     max_object_bytes: int = 5 * 1024**4
     min_part_bytes: int = 5 * 1024 * 1024
-    worker_threads: int = 32
+    worker_threads: int = 16
     # gateway processes sharing the listening socket; 0 = one per core (at most 4)
     workers: int = 0
     # how often a journal long-poll looks for commits made by another gateway process
