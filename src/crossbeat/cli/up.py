@@ -76,9 +76,16 @@ class Child:
             if line:
                 return line
             if self.proc is not None and self.proc.poll() is not None:
-                raise click.ClickException(f"{self.name} exited; see {self.log_path}")
+                raise click.ClickException(
+                    f"{self.name} exited; the end of {self.log_path}:\n{self.tail()}"
+                )
             time.sleep(0.2)
         raise click.ClickException(f"{self.name} not ready after {timeout:.0f}s; see {self.log_path}")
+
+    def tail(self, lines: int = 15) -> str:
+        with self.log_path.open("rb") as fh:
+            fh.seek(self._offset)
+            return b"".join(fh.readlines()[-lines:]).decode(errors="replace")
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None

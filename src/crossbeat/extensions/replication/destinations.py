@@ -33,6 +33,7 @@ from crossbeat.extensions.replication.settings import SiteSettings
 from crossbeat.extensions.replication.status import REPLICA
 
 READ_CHUNK = 1024 * 1024
+SMALL_VERSION_BYTES = 1024 * 1024
 
 
 class Destination(Protocol):
@@ -79,8 +80,14 @@ class CrossbeatDestination:
 
     def replicate(self, md: dict[str, Any], source: GatewayClient) -> str:
         bucket, key, version_id = md["bucket"], md["key"], md["versionId"]
-        existing = self.client.get_metadata(bucket, key, version_id)
         size = int(md.get("size") or 0)
+        # Small versions and delete markers are simply rewritten: creating a version with
+        # the same versionId replaces the row and the gateway frees the displaced data, so
+        # a redelivery still leaves one identical replica. Checking first would cost a
+        # round trip per version; it pays only where a copy is expensive.
+        existing = None
+        if size > SMALL_VERSION_BYTES:
+            existing = self.client.get_metadata(bucket, key, version_id)
         if existing is not None and self._same_data(existing, md):
             if (existing.get("replicationInfo") or {}).get("status") == REPLICA and (
                 content_fingerprint(existing) == content_fingerprint(md)
