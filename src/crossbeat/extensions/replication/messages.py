@@ -5,7 +5,8 @@
      sites: [site…], ts}
 `crossbeat-replication-status` (same key):
     {kind: "replication.status", schema: 1, bucket, key, versionId, site,
-     status: COMPLETED|FAILED, dataStoreVersionId, fingerprint, attempts, error, ts}
+     status: COMPLETED|FAILED, dataStoreVersionId, fingerprint, attempts, error, ts,
+     source?: the source metadata as replicated}
 `crossbeat-replication-control` (key = site, one partition):
     {kind: "replication.control", schema: 1, site, paused: bool, ts}
 """
@@ -69,9 +70,15 @@ class ReplicationOutcome:
     attempts: int
     error: str | None
     ts: float
+    # The source metadata the processor replicated (with its revision): the status
+    # updater tries its compare-and-set on it first, saving a read per outcome.
+    source: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"kind": STATUS_KIND, "schema": SCHEMA, **asdict(self)}
+        doc = {"kind": STATUS_KIND, "schema": SCHEMA, **asdict(self)}
+        if self.source is None:
+            doc.pop("source")
+        return doc
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> ReplicationOutcome:
@@ -86,6 +93,7 @@ class ReplicationOutcome:
             attempts=int(doc.get("attempts", 1)),
             error=doc.get("error"),
             ts=float(doc.get("ts", 0.0)),
+            source=doc.get("source"),
         )
 
 

@@ -90,6 +90,7 @@ class ReplicationProcessor:
             attempts=attempts,
             error=None if error is None else str(error),
             ts=time.time(),
+            source=md or None,
         )
 
     def process_batch(self, entries: Sequence[ReplicationEntry]) -> list[ReplicationOutcome]:

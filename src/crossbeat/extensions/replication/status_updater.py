@@ -33,16 +33,21 @@ class StatusUpdater:
         self.max_races = max_races
 
     def _apply_once(self, outcome: ReplicationOutcome) -> str:
+        # First try on the metadata the processor read; a lost race returns the current
+        # metadata, so reads happen only when the outcome carries none.
+        md = outcome.source if outcome.source and "revision" in outcome.source else None
         for _ in range(self.max_races):
-            md = self.source.get_metadata(outcome.bucket, outcome.key, outcome.versionId)
             if md is None:
-                return GONE
+                md = self.source.get_metadata(outcome.bucket, outcome.key, outcome.versionId)
+                if md is None:
+                    return GONE
             new = apply_outcome(md, outcome)
             if new is None:
                 return UNCHANGED
             try:
                 stored = self.source.put_metadata_cas(new, int(md.get("revision", 0)))
-            except RevisionMismatch:
+            except RevisionMismatch as race:
+                md = race.current or None
                 continue
             return APPLIED if stored is not None else GONE
         raise ReplicationError("status update lost too many races", retryable=True)
