@@ -43,6 +43,9 @@ class Gateway:
         self.repositories = repositories
         self.principals = principals
         self.executor = ThreadPoolExecutor(settings.worker_threads, thread_name_prefix="s3")
+        # Journal long-polls park a thread each for up to 30 s: they get their own pool so
+        # that waiting consumers never starve S3 requests of worker threads.
+        self.poll_executor = ThreadPoolExecutor(64, thread_name_prefix="s3-poll")
         # Buckets by name, for what never changes in a bucket's life: its owner and location.
         # Other gateway processes may change versioning or configurations at any time, so
         # handlers that depend on those ask for `fresh=True` or re-read inside the commit.
@@ -78,6 +81,7 @@ class Gateway:
 
     def close(self) -> None:
         self.executor.shutdown(wait=True)
+        self.poll_executor.shutdown(wait=True)
         self.store.close()
 
     # -- helpers for handlers -----------------------------------------------------------
@@ -85,6 +89,11 @@ class Gateway:
         """Run blocking work (file I/O, SQLite) on the gateway's worker threads."""
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self.executor, partial(fn, *args, **kwargs))
+
+    async def run_wait(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run a long blocking wait (journal long-poll) on the dedicated polling threads."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self.poll_executor, partial(fn, *args))
 
     def repository(self, name: str) -> Repository:
         repo = self.repositories.get(name)

@@ -78,7 +78,7 @@ async def journal(gw: Gateway, req: Request) -> Response:
     try:
         entries = await gw.run(gw.store.read_journal, after, limit)
         if not entries and wait > 0:
-            await gw.run(gw.store.wait_journal, after, wait)
+            await gw.run_wait(gw.store.wait_journal, after, wait)
             entries = await gw.run(gw.store.read_journal, after, limit)
     except JournalTruncated as exc:
         return json_response(
