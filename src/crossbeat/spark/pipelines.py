@@ -173,10 +173,12 @@ def run_pipelines(
     queries = start_pipelines(spark, names, ps, rs)
     if on_ready is not None:
         on_ready([q.name for q in queries])
+    reported: dict[str, int] = {}
     try:
         while not stop.wait(1.0):
             for i, q in enumerate(queries):
                 if q.isActive:
+                    _report(q, reported)
                     continue
                 log.error("query %s stopped (%s); restarting", q.name, q.exception())
                 if stop.wait(restart_delay_s):
@@ -186,6 +188,18 @@ def run_pipelines(
         for q in queries:
             if q.isActive:
                 q.stop()
+
+
+def _report(query: Any, reported: dict[str, int]) -> None:
+    """Log the last batch that had input, once: rows and where its time went."""
+    progress = query.lastProgress
+    if not progress or not progress.get("numInputRows"):
+        return
+    if reported.get(query.name) == progress["batchId"]:
+        return
+    reported[query.name] = progress["batchId"]
+    log.info("%s batch %s: %s rows, %s", query.name, progress["batchId"],
+             progress["numInputRows"], progress.get("durationMs"))
 
 
 def _restart(spark: Any, name: str, ps: PipelineSettings, rs: ReplicationSettings) -> Any:
