@@ -46,6 +46,7 @@ class Gateway:
         # Journal long-polls park a thread each for up to 30 s: they get their own pool so
         # that waiting consumers never starve S3 requests of worker threads.
         self.poll_executor = ThreadPoolExecutor(64, thread_name_prefix="s3-poll")
+        self.closing = False
         # Buckets by name, for what never changes in a bucket's life: its owner and location.
         # Other gateway processes may change versioning or configurations at any time, so
         # handlers that depend on those ask for `fresh=True` or re-read inside the commit.
@@ -80,8 +81,9 @@ class Gateway:
         return gw
 
     def close(self) -> None:
+        self.closing = True  # long-polls notice within a second (see internal.wait_journal)
         self.executor.shutdown(wait=True)
-        self.poll_executor.shutdown(wait=True)
+        self.poll_executor.shutdown(wait=True, cancel_futures=True)
         self.store.close()
 
     # -- helpers for handlers -----------------------------------------------------------

@@ -14,6 +14,7 @@ All need admin credentials (checked by the router). Bodies and answers are JSON.
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -71,6 +72,15 @@ async def dispatch(gw: Gateway, req: Request, p: Principal, ctx: Any, route: str
     raise S3Error("MethodNotAllowed", f"no internal route {m} {route}")
 
 
+def wait_journal(gw: Gateway, after: int, wait: float) -> None:
+    """Block until an entry after `after` exists, `wait` seconds pass or the gateway closes."""
+    deadline = time.monotonic() + wait
+    while not gw.closing:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0 or gw.store.wait_journal(after, min(1.0, remaining)):
+            return
+
+
 async def journal(gw: Gateway, req: Request) -> Response:
     after = _int(req.query, "after", 0)
     limit = max(1, min(_int(req.query, "limit", 1000), 10_000))
@@ -78,7 +88,7 @@ async def journal(gw: Gateway, req: Request) -> Response:
     try:
         entries = await gw.run(gw.store.read_journal, after, limit)
         if not entries and wait > 0:
-            await gw.run_wait(gw.store.wait_journal, after, wait)
+            await gw.run_wait(wait_journal, gw, after, wait)
             entries = await gw.run(gw.store.read_journal, after, limit)
     except JournalTruncated as exc:
         return json_response(
