@@ -10,7 +10,7 @@ not part of the request's meaning.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Generator
+from collections.abc import Generator, Mapping
 from urllib.parse import quote
 
 import httpx
@@ -29,6 +29,33 @@ class _S3PathSigV4Auth(SigV4Auth):
         return path
 
 
+class SigV4Signer:
+    """Signs a request given as (method, url, headers, payload hash) for service "s3"."""
+
+    def __init__(self, access_key: str, secret_key: str, region: str = "us-east-1") -> None:
+        self._signer = _S3PathSigV4Auth(Credentials(access_key, secret_key), "s3", region)
+
+    def sign(self, method: str, url: str, headers: Mapping[str, str], payload_hash: str) -> dict[str, str]:
+        """The headers to add: X-Amz-Date, X-Amz-Content-SHA256 and Authorization.
+
+        `payload_hash` is the body's hex SHA-256, or UNSIGNED_PAYLOAD for a streamed body.
+        """
+        signed = {
+            name.lower(): value
+            for name, value in headers.items()
+            if name.lower() in _SIGNED_PLAIN_HEADERS or name.lower().startswith("x-amz-")
+        }
+        signed.pop("x-amz-date", None)
+        signed["x-amz-content-sha256"] = payload_hash
+        aws = AWSRequest(method=method, url=url, headers=signed)
+        self._signer.add_auth(aws)
+        return {
+            "x-amz-content-sha256": payload_hash,
+            "authorization": aws.headers["Authorization"],
+            "x-amz-date": aws.headers["X-Amz-Date"],
+        }
+
+
 class SigV4HttpxAuth(httpx.Auth):
     """An httpx auth flow that signs each request with SigV4 for service "s3".
 
@@ -38,7 +65,7 @@ class SigV4HttpxAuth(httpx.Auth):
     """
 
     def __init__(self, access_key: str, secret_key: str, region: str = "us-east-1") -> None:
-        self._signer = _S3PathSigV4Auth(Credentials(access_key, secret_key), "s3", region)
+        self.signer = SigV4Signer(access_key, secret_key, region)
 
     def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
         self.sign(request)
@@ -46,22 +73,14 @@ class SigV4HttpxAuth(httpx.Auth):
 
     def sign(self, request: httpx.Request) -> None:
         """Add X-Amz-Date, X-Amz-Content-SHA256 and Authorization to `request` in place."""
-        if "x-amz-content-sha256" not in request.headers:
+        payload_hash = request.headers.get("x-amz-content-sha256")
+        if payload_hash is None:
             if isinstance(request.stream, httpx.ByteStream):
-                body = request.read()
-                request.headers["x-amz-content-sha256"] = hashlib.sha256(body).hexdigest()
+                payload_hash = hashlib.sha256(request.read()).hexdigest()
             else:
-                request.headers["x-amz-content-sha256"] = UNSIGNED_PAYLOAD
-        headers = {
-            name: value
-            for name, value in request.headers.items()
-            if name in _SIGNED_PLAIN_HEADERS or name.startswith("x-amz-")
-        }
-        headers.pop("x-amz-date", None)
-        aws = AWSRequest(method=request.method, url=str(request.url), headers=headers)
-        self._signer.add_auth(aws)
-        for name in ("Authorization", "X-Amz-Date"):
-            request.headers[name] = aws.headers[name]
+                payload_hash = UNSIGNED_PAYLOAD
+        added = self.signer.sign(request.method, str(request.url), request.headers, payload_hash)
+        request.headers.update(added)
 
 
 def quote_path(*segments: str) -> str:

@@ -32,7 +32,6 @@ from crossbeat.extensions.replication.messages import content_fingerprint
 from crossbeat.extensions.replication.settings import SiteSettings
 from crossbeat.extensions.replication.status import REPLICA
 
-READ_CHUNK = 1024 * 1024
 SMALL_VERSION_BYTES = 1024 * 1024
 
 
@@ -119,8 +118,7 @@ class CrossbeatDestination:
         size = int(md.get("size") or 0)
         locations: list[dict[str, Any]] = []
         try:
-            with source.get_object(bucket, key, version_id) as resp:
-                stream = resp.iter_bytes(READ_CHUNK)
+            with source.get_object(bucket, key, version_id) as stream:
                 if size <= self.threshold:
                     digest = hashlib.md5(usedforsecurity=False)
                     counted = _counting(stream, digest)
@@ -231,8 +229,7 @@ class S3Destination:
         if md.get("tags"):
             extra["Tagging"] = urlencode(md["tags"])
         size = int(md.get("size") or 0)
-        with source.get_object(bucket, key, version_id) as resp:
-            stream = resp.iter_bytes(READ_CHUNK)
+        with source.get_object(bucket, key, version_id) as stream:
             if size <= self.threshold:
                 body = b"".join(stream)
                 out = self.client.put_object(Bucket=bucket, Key=key, Body=body, **extra)

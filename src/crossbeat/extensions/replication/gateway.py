@@ -2,40 +2,72 @@
 
 Every call is SigV4-signed with the admin credentials. Transport failures and 5xx answers
 become retryable `ReplicationError`s; other 4xx answers are not retryable.
+
+It speaks HTTP through urllib3 rather than httpx: this client is on the hot path of every
+replicated version, and urllib3 costs about half the CPU per request.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-import httpx
 import orjson
+import urllib3
 
 from crossbeat.extensions.replication.errors import ReplicationError, RevisionMismatch, http_error
 from crossbeat.extensions.replication.settings import Endpoint
-from crossbeat.populator.auth import SigV4HttpxAuth, quote_path, quote_query
+from crossbeat.populator.auth import UNSIGNED_PAYLOAD, SigV4Signer, quote_path, quote_query
 
 INTERNAL = "/_/crossbeat"
+JSON = {"content-type": "application/json"}
+READ_CHUNK = 1024 * 1024
 
 
 class GatewayClient:
-    """Thread-safe (httpx.Client is); one per endpoint per process is enough."""
+    """Thread-safe (urllib3 pools are); one per endpoint per process is enough."""
 
     def __init__(self, endpoint: Endpoint, *, timeout: float = 60.0, pool: int = 64) -> None:
         self.endpoint = endpoint.endpoint.rstrip("/")
-        auth = SigV4HttpxAuth(
+        self._signer = SigV4Signer(
             endpoint.access_key, endpoint.secret_key.get_secret_value(), endpoint.region
         )
-        limits = httpx.Limits(max_connections=pool, max_keepalive_connections=pool)
-        self._http = httpx.Client(base_url=self.endpoint, auth=auth, timeout=timeout, limits=limits)
+        self._http = urllib3.PoolManager(
+            maxsize=pool,
+            timeout=urllib3.Timeout(connect=10.0, read=timeout),
+            retries=False,  # retries are ours: bounded, with backoff, per version
+        )
 
-    def _request(self, method: str, url: str, what: str, **kwargs: Any) -> httpx.Response:
+    def _request(
+        self,
+        method: str,
+        path: str,
+        what: str,
+        body: bytes | Iterator[bytes] | None = None,
+        headers: dict[str, str] | None = None,
+        *,
+        stream: bool = False,
+    ) -> urllib3.BaseHTTPResponse:
+        url = self.endpoint + path
+        hdrs = dict(headers or {})
+        if body is None or isinstance(body, bytes):
+            payload_hash = hashlib.sha256(body or b"").hexdigest()
+        else:
+            payload_hash = UNSIGNED_PAYLOAD
+        hdrs.update(self._signer.sign(method, url, hdrs, payload_hash))
         try:
-            return self._http.request(method, url, **kwargs)
-        except httpx.TransportError as exc:
+            return self._http.request(
+                method, url, body=body, headers=hdrs, preload_content=not stream,
+                redirect=False,
+            )
+        except urllib3.exceptions.HTTPError as exc:
             raise ReplicationError(f"{what}: {exc!r}", retryable=True) from exc
+
+    @staticmethod
+    def _text(resp: urllib3.BaseHTTPResponse) -> str:
+        return resp.data.decode(errors="replace")
 
     @staticmethod
     def _version_url(route: str, bucket: str, key: str, version_id: str) -> str:
@@ -45,11 +77,11 @@ class GatewayClient:
         """The version's metadata (with `revision`), or None when it does not exist."""
         url = self._version_url("metadata", bucket, key, version_id)
         resp = self._request("GET", url, "get metadata")
-        if resp.status_code == 404:
+        if resp.status == 404:
             return None
-        if resp.status_code != 200:
-            raise http_error(f"get metadata {bucket}/{key}", resp.status_code, resp.text)
-        doc: dict[str, Any] = resp.json()
+        if resp.status != 200:
+            raise http_error(f"get metadata {bucket}/{key}", resp.status, self._text(resp))
+        doc: dict[str, Any] = orjson.loads(resp.data)
         return doc
 
     def put_metadata_cas(
@@ -58,27 +90,25 @@ class GatewayClient:
         """Compare-and-set; RevisionMismatch if it changed, None if the version is gone."""
         url = self._version_url("metadata", md["bucket"], md["key"], md["versionId"])
         body = orjson.dumps({"metadata": md, "expectedRevision": expected_revision})
-        resp = self._request("PUT", url, "put metadata", content=body,
-                             headers={"content-type": "application/json"})
-        if resp.status_code == 409:
-            raise RevisionMismatch(resp.json().get("current") or {})
-        if resp.status_code == 404:
+        resp = self._request("PUT", url, "put metadata", body, JSON)
+        if resp.status == 409:
+            raise RevisionMismatch(orjson.loads(resp.data).get("current") or {})
+        if resp.status == 404:
             return None
-        if resp.status_code != 200:
-            raise http_error("put metadata", resp.status_code, resp.text)
-        stored: dict[str, Any] = resp.json()
+        if resp.status != 200:
+            raise http_error("put metadata", resp.status, self._text(resp))
+        stored: dict[str, Any] = orjson.loads(resp.data)
         return stored
 
     def put_metadata_create(self, md: dict[str, Any]) -> dict[str, Any]:
         """Insert (or replace, same versionId) a replica version as given."""
         url = self._version_url("metadata", md["bucket"], md["key"], md["versionId"])
         body = orjson.dumps({"metadata": md, "create": True})
-        resp = self._request("PUT", url, "create metadata", content=body,
-                             headers={"content-type": "application/json"})
-        if resp.status_code != 200:
-            raise http_error(f"create metadata {md['bucket']}/{md['key']}", resp.status_code,
-                             resp.text)
-        stored: dict[str, Any] = resp.json()
+        resp = self._request("PUT", url, "create metadata", body, JSON)
+        if resp.status != 200:
+            raise http_error(f"create metadata {md['bucket']}/{md['key']}", resp.status,
+                             self._text(resp))
+        stored: dict[str, Any] = orjson.loads(resp.data)
         return stored
 
     def put_data(
@@ -86,21 +116,19 @@ class GatewayClient:
     ) -> tuple[list[dict[str, Any]], str]:
         """Store raw bytes in the bucket's location; returns (location entries, md5 hex)."""
         url = f"{INTERNAL}/data{quote_path(bucket, key)}"
-        resp = self._request("PUT", url, "put data", content=body,
-                             headers={"content-length": str(length)})
-        if resp.status_code != 200:
-            raise http_error(f"put data {bucket}/{key}", resp.status_code, resp.text)
-        doc = resp.json()
+        resp = self._request("PUT", url, "put data", body, {"content-length": str(length)})
+        if resp.status != 200:
+            raise http_error(f"put data {bucket}/{key}", resp.status, self._text(resp))
+        doc = orjson.loads(resp.data)
         return list(doc["location"]), str(doc.get("md5") or "")
 
     def batch_delete(self, locations: list[dict[str, Any]]) -> None:
         if not locations:
             return
         resp = self._request("POST", f"{INTERNAL}/batchDelete", "batch delete",
-                             content=orjson.dumps({"locations": locations}),
-                             headers={"content-type": "application/json"})
-        if resp.status_code != 200:
-            raise http_error("batch delete", resp.status_code, resp.text)
+                             orjson.dumps({"locations": locations}), JSON)
+        if resp.status != 200:
+            raise http_error("batch delete", resp.status, self._text(resp))
 
     def failed(self, limit: int = 1000, marker: str = "") -> list[dict[str, Any]]:
         params: dict[str, str | int | float] = {"limit": limit}
@@ -108,33 +136,39 @@ class GatewayClient:
             params["marker"] = marker
         resp = self._request("GET", f"{INTERNAL}/replication/failed?{quote_query(params)}",
                              "list failed")
-        if resp.status_code != 200:
-            raise http_error("list failed", resp.status_code, resp.text)
-        doc = resp.json()
+        if resp.status != 200:
+            raise http_error("list failed", resp.status, self._text(resp))
+        doc = orjson.loads(resp.data)
         items: list[dict[str, Any]] = doc["failed"] if isinstance(doc, dict) else doc
         return items
 
     def retry(self, target: dict[str, Any]) -> int:
         """Requeue FAILED sites: `{"all": true}` or `{"bucket", "key", "versionId"}`."""
         resp = self._request("POST", f"{INTERNAL}/replication/retry", "retry",
-                             content=orjson.dumps(target),
-                             headers={"content-type": "application/json"})
-        if resp.status_code != 200:
-            raise http_error("retry", resp.status_code, resp.text)
-        return int(resp.json().get("requeued", 0))
+                             orjson.dumps(target), JSON)
+        if resp.status != 200:
+            raise http_error("retry", resp.status, self._text(resp))
+        return int(orjson.loads(resp.data).get("requeued", 0))
 
     @contextmanager
-    def get_object(self, bucket: str, key: str, version_id: str) -> Iterator[httpx.Response]:
-        """Stream one version's bytes with a plain S3 GET (the response is open inside)."""
+    def get_object(self, bucket: str, key: str, version_id: str) -> Iterator[Iterator[bytes]]:
+        """Stream one version's bytes with a plain S3 GET (chunks valid inside the block)."""
         url = f"{quote_path(bucket, key)}?{quote_query({'versionId': version_id})}"
+        resp = self._request("GET", url, "get object", stream=True)
         try:
-            with self._http.stream("GET", url) as resp:
-                if resp.status_code != 200:
-                    resp.read()
-                    raise http_error(f"get object {bucket}/{key}", resp.status_code, resp.text)
-                yield resp
-        except httpx.TransportError as exc:
-            raise ReplicationError(f"get object: {exc!r}", retryable=True) from exc
+            if resp.status != 200:
+                raise http_error(f"get object {bucket}/{key}", resp.status,
+                                 resp.read().decode(errors="replace"))
+            yield self._chunks(resp)
+        finally:
+            resp.release_conn()
+
+    @staticmethod
+    def _chunks(resp: urllib3.BaseHTTPResponse) -> Iterator[bytes]:
+        try:
+            yield from resp.stream(READ_CHUNK)
+        except urllib3.exceptions.HTTPError as exc:
+            raise ReplicationError(f"reading object data: {exc!r}", retryable=True) from exc
 
     def close(self) -> None:
-        self._http.close()
+        self._http.clear()
