@@ -88,37 +88,46 @@ class Watermarks:
 
 class PauseGate:
     """Reads a control topic whose records `{..., "paused": bool}` are keyed by a name; the
-    last record for our key says whether the stream may advance. Read incrementally."""
+    last record for our key says whether the stream may advance. Read incrementally.
+
+    Until the topic has been read to its end once, the state is unknown and `refresh`
+    answers "paused": a restarted query must not run ahead of a pause it has not seen.
+    """
+
+    SYNC_TIMEOUT_S = 10.0
 
     def __init__(self, brokers: str, topic: str, key: str) -> None:
         self.topic = topic
         self.key = key.encode()
         self.paused = False
         self._consumer = consumer(brokers)
-        self._assigned = False
-        self._eof_left = 0
+        self._partitions: list[int] | None = None
+        self._synced = False
 
-    def refresh(self, timeout: float = 2.0) -> bool:
-        if not self._assigned:
+    def refresh(self, timeout: float = 0.5) -> bool:
+        """Read new control records; True while the stream must not advance."""
+        if self._partitions is None:
             meta = self._consumer.list_topics(self.topic, timeout=timeout).topics.get(self.topic)
             if meta is None or meta.error is not None or not meta.partitions:
-                return self.paused
+                return False  # no control topic: nobody ever paused anything
+            self._partitions = sorted(meta.partitions)
             self._consumer.assign(
-                [TopicPartition(self.topic, p, OFFSET_BEGINNING) for p in meta.partitions]
+                [TopicPartition(self.topic, p, OFFSET_BEGINNING) for p in self._partitions]
             )
-            self._eof_left = len(meta.partitions)
-            self._assigned = True
-        deadline = time.monotonic() + timeout
-        eof = 0
+        deadline = time.monotonic() + (timeout if self._synced else self.SYNC_TIMEOUT_S)
+        at_end: set[int] = set()
         while time.monotonic() < deadline:
-            msg = self._consumer.poll(0.2)
+            msg = self._consumer.poll(0.1)
             if msg is None:
-                break
+                if self._synced:
+                    break
+                continue
             err = msg.error()
             if err is not None:
                 if err.code() == KafkaError._PARTITION_EOF:
-                    eof += 1
-                    if eof >= self._eof_left:
+                    at_end.add(msg.partition() or 0)
+                    if len(at_end) >= len(self._partitions):
+                        self._synced = True
                         break
                 continue
             if msg.key() == self.key:
@@ -126,6 +135,9 @@ class PauseGate:
                     self.paused = bool(orjson.loads(msg.value() or b"{}").get("paused"))
                 except orjson.JSONDecodeError:
                     log.warning("ignoring a malformed control record at offset %s", msg.offset())
+        if not self._synced:
+            log.warning("control topic %s not read to its end yet: holding the stream", self.topic)
+            return True
         return self.paused
 
     def close(self) -> None:

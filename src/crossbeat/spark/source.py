@@ -92,6 +92,7 @@ class KafkaStreamReader(DataSourceStreamReader):
         self._watermarks: kafka_client.Watermarks | None = None
         self._gate: kafka_client.PauseGate | None = None
         self._gate_checked = 0.0
+        self._gate_closed = True
 
     # Clients are driver-only and not picklable: the copies sent to executors drop them.
     def __getstate__(self) -> dict[str, Any]:
@@ -112,9 +113,9 @@ class KafkaStreamReader(DataSourceStreamReader):
             self._gate = kafka_client.PauseGate(self.brokers, self.pause_topic, self.pause_key)
         now = time.monotonic()
         if now - self._gate_checked >= PAUSE_REFRESH_S:
-            self._gate.refresh(timeout=0.5)
+            self._gate_closed = self._gate.refresh(timeout=0.5)
             self._gate_checked = now
-        return self._gate.paused
+        return self._gate_closed
 
     def initialOffset(self) -> dict[str, Any]:
         low, high = self._wm().offsets(self.topics)
