@@ -66,6 +66,7 @@ class SqliteMetadataStore(MetadataStore):
             now=journal.iso_now,
             on_commit=self._on_commit,
             max_batch=self.settings.max_batch,
+            busy_timeout_s=self.settings.busy_timeout_ms / 1000,
         )
         self._stop_trimming = threading.Event()
         self._trimmer: threading.Thread | None = None

@@ -17,6 +17,7 @@ import contextlib
 import queue
 import sqlite3
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -84,8 +85,14 @@ class GroupCommitWriter:
         now: Callable[[], str],
         on_commit: Callable[[int], None],
         max_batch: int,
+        busy_timeout_s: float = 10.0,
     ) -> None:
         self._conn = conn
+        # The write lock is taken by polling (below), not by SQLite's busy handler, whose
+        # back-off sleeps grow to 100 ms: with several gateway processes on one file that
+        # turns every collision into a long stall.
+        self._busy_timeout_s = busy_timeout_s
+        conn.execute("PRAGMA busy_timeout = 0")
         self._last_seq = last_seq
         self._now = now
         self._on_commit = on_commit
@@ -142,11 +149,27 @@ class GroupCommitWriter:
                 batch.append(op)
             self._run_batch(batch)
 
+    def _begin(self, conn: sqlite3.Connection) -> None:
+        """BEGIN IMMEDIATE, retrying briefly while another process holds the write lock."""
+        deadline = time.monotonic() + self._busy_timeout_s
+        delay = 0.0002
+        while True:
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                return
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) and "busy" not in str(exc):
+                    raise
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(delay)
+                delay = min(delay * 1.5, 0.002)
+
     def _run_batch(self, batch: list[_Op]) -> None:
         outcomes: list[tuple[bool, Any]] = []
         conn = self._conn
         try:
-            conn.execute("BEGIN IMMEDIATE")
+            self._begin(conn)
             txn = WriteTxn(conn, self._last_seq(conn), self._now())
             for op in batch:
                 if not op.future.set_running_or_notify_cancel():
