@@ -243,10 +243,11 @@ def main() -> None:
     ap.add_argument("--rate", type=float, default=200)
     ap.add_argument("--seconds", type=float, default=20)
     ap.add_argument("--rpo-only", action="store_true", help="skip the throughput comparison")
+    ap.add_argument("--data-dir", type=Path, help="keep data and logs here (default: a temp dir)")
     args = ap.parse_args()
     base = port_base()
     with tempfile.TemporaryDirectory(prefix="cb-bench-repl-") as tmp:
-        data = Path(tmp) / "data"
+        data = args.data_dir or Path(tmp) / "data"
         with crossbeat_up(data, base):
             a, b = s3(f"http://127.0.0.1:{base}"), s3(f"http://127.0.0.1:{base + 1}")
             warm_up(a, b)

@@ -126,14 +126,17 @@ def _config(data_dir: Path, port_base: int) -> Path:
     data_dir.mkdir(parents=True, exist_ok=True)
     cfg = data_dir / "crossbeat.toml"
     cfg.write_text(f"""# written by `crossbeat up`; regenerated on every run
+# One machine: two partitions per topic keep every Spark batch to one wave of tasks.
 [populator]
 gateway = "http://127.0.0.1:{a}"
 brokers = "127.0.0.1:{broker}"
 data_dir = "{data_dir / 'populator'}"
+topic_partitions = 2
 
 [pipeline]
 brokers = "127.0.0.1:{broker}"
 data_dir = "{data_dir / 'pipeline'}"
+topic_partitions = 2
 
 [extensions.replication]
 source = {{ endpoint = "http://127.0.0.1:{a}" }}

@@ -154,7 +154,7 @@ def read_range(
     record at or past `until - 1`, or at end of partition once the position reaches
     `until`. No progress for `stall_timeout` seconds is an error (Spark retries the task).
     """
-    c = consumer(brokers)
+    c = _reader(brokers)
     try:
         c.assign([TopicPartition(topic, partition, begin)])
         cols: dict[str, list[Any]] = {name: [] for name in ARROW_SCHEMA.names}
@@ -177,6 +177,8 @@ def read_range(
                     raise SourceError(f"{topic}[{partition}]: {err}")
                 off = msg.offset()
                 assert off is not None
+                if msg.topic() != topic or msg.partition() != partition or off < begin:
+                    continue  # left over from the reader's previous assignment
                 if off >= until:
                     nxt = until
                     break
@@ -195,6 +197,26 @@ def read_range(
         if cols["offset"]:
             yield pa.RecordBatch.from_pydict(cols, schema=ARROW_SCHEMA)
     except KafkaException as exc:
+        _drop_reader(brokers)
         raise SourceError(f"{topic}[{partition}]: {exc}") from exc
-    finally:
+    except BaseException:
+        _drop_reader(brokers)
+        raise
+
+
+# One reading consumer per Python worker and broker list, reused across tasks: creating
+# one (connections, metadata) costs far more than reading a small batch. Workers run one
+# task at a time, so no locking is needed.
+_READERS: dict[str, Consumer] = {}
+
+
+def _reader(brokers: str) -> Consumer:
+    if brokers not in _READERS:
+        _READERS[brokers] = consumer(brokers)
+    return _READERS[brokers]
+
+
+def _drop_reader(brokers: str) -> None:
+    c = _READERS.pop(brokers, None)
+    if c is not None:
         c.close()
