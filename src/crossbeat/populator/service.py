@@ -16,8 +16,12 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol
 
+import httpx
+
 from crossbeat.populator.entry import JournalEntry
 from crossbeat.populator.extension import Extension, Message
+from crossbeat.populator.journal import JournalError, TruncatedJournal
+from crossbeat.populator.publisher import PublishError
 
 log = logging.getLogger(__name__)
 
@@ -120,7 +124,21 @@ class Populator:
         except Exception as exc:  # noqa: BLE001 - retried with the next batch
             log.warning("gateway checkpoint at seq %d failed: %s", seq, exc)
 
-    def run(self, stop: threading.Event) -> None:
-        """Batches until `stop` is set; an error propagates (the process exits non-zero)."""
+    def run(self, stop: threading.Event, *, max_backoff_s: float = 30.0) -> None:
+        """Batches until `stop` is set.
+
+        A broker or gateway that is unreachable is waited for (exponential backoff): the
+        failed batch was not checkpointed, so it is read and published again. A truncated
+        journal is a gap no retry can fill: it propagates (the process exits non-zero).
+        """
+        delay = 0.5
         while not stop.is_set():
-            self.step()
+            try:
+                self.step()
+                delay = 0.5
+            except TruncatedJournal:
+                raise
+            except (PublishError, JournalError, httpx.TransportError) as exc:
+                log.warning("batch after seq %s failed (%s); retrying in %.1fs", self.seq, exc, delay)
+                stop.wait(delay)
+                delay = min(max_backoff_s, delay * 2)

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable
 
 import pytest
 
 from crossbeat.populator import Extension, ExtensionContext, JournalEntry, Message, message_key
+from crossbeat.populator.journal import TruncatedJournal
+from crossbeat.populator.publisher import PublishError
 from crossbeat.populator.service import Populator
 
 
@@ -146,3 +149,44 @@ def test_periodic_checkpoint_record_goes_to_every_topic() -> None:
     now[0] = 61.0
     pop.step()
     assert sink.records == [(["t-odd"], 2)]
+
+
+class FlakySink(Sink):
+    """Refuses the first publish (broker down), then accepts; stops the loop when done."""
+
+    def __init__(self, stop: threading.Event, total: int) -> None:
+        super().__init__()
+        self.stop, self.total = stop, total
+
+    def publish(self, messages: Iterable[Message], *, timeout: float = 90.0) -> int:
+        self.calls += 1
+        if self.calls == 1:
+            raise PublishError("broker down")
+        n = self._accept(messages)
+        if self.messages and self.messages[-1].value["seq"] >= self.total:
+            self.stop.set()
+        return n
+
+    def _accept(self, messages: Iterable[Message]) -> int:
+        batch = list(messages)
+        self.messages.extend(batch)
+        return len(batch)
+
+
+def test_run_waits_out_an_unreachable_broker_and_republishes_the_batch() -> None:
+    stop = threading.Event()
+    journal, store = Journal(5), Store()
+    sink = FlakySink(stop, total=5)
+    pop = make(journal, sink, store, batch_max=10)
+    pop.run(stop, max_backoff_s=0.01)
+    assert [m.value["seq"] for m in sink.messages] == [1, 3, 5]
+    assert store.seq == 5
+
+
+def test_run_stops_on_a_truncated_journal() -> None:
+    class Truncated(Journal):
+        def read(self, after: int, limit: int, wait: float = 0.0) -> list[JournalEntry]:
+            raise TruncatedJournal(after, 100)
+
+    with pytest.raises(TruncatedJournal):
+        make(Truncated(1), Sink(), Store()).run(threading.Event())
