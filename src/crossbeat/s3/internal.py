@@ -7,6 +7,10 @@ All need admin credentials (checked by the router). Bodies and answers are JSON.
 - PUT  metadata/{bucket}/{key}?versionId=V       → {"metadata", "expectedRevision"} CAS, or
                                                    {"metadata", "create": true} (replica insert)
 - PUT  data/{bucket}/{key}                        → store bytes, {"location": [...], "md5"}
+- PUT  replica/{bucket}/{key}?versionId=V         → bytes + metadata (header
+                                                   x-amz-crossbeat-metadata: base64url JSON) in
+                                                   one request: data written, checked against
+                                                   size/ETag, then the version created
 - POST batchDelete                                → {"locations": [...]} deleted (idempotent)
 - GET  replication/failed?limit=&marker=          → versions whose replication FAILED
 - POST replication/retry                          → {"all": true} | {"bucket","key","versionId"}
@@ -14,6 +18,7 @@ All need admin credentials (checked by the router). Bodies and answers are JSON.
 
 from __future__ import annotations
 
+import base64
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -21,7 +26,7 @@ import orjson
 
 from crossbeat.metadata.errors import JournalTruncated, NoSuchVersion, RevisionMismatch
 from crossbeat.s3.auth import Principal
-from crossbeat.s3.datapath import read_document, write_body
+from crossbeat.s3.datapath import Written, read_document, write_body
 from crossbeat.s3.errors import S3Error
 from crossbeat.s3.http import Request, Response
 from crossbeat.s3.replication import global_status
@@ -61,6 +66,9 @@ async def dispatch(gw: Gateway, req: Request, p: Principal, ctx: Any, route: str
     if head == "data" and rest and m == "PUT":
         bucket, _, key = rest.partition("/")
         return await put_data(gw, req, ctx, bucket)
+    if head == "replica" and rest and m == "PUT":
+        bucket, _, key = rest.partition("/")
+        return await put_replica(gw, req, ctx, bucket, key)
     if head == "batchDelete" and m == "POST":
         doc = orjson.loads(await read_document(req, ctx) or b"{}")
         await gw.free([{"location": doc.get("locations") or []}])
@@ -152,6 +160,45 @@ async def put_data(gw: Gateway, req: Request, ctx: Any, bucket_name: str) -> Res
     repo = gw.repository(req.query["location"]) if "location" in req.query else gw.location_for(bucket)
     written, _ = await write_body(gw, req, ctx, repo)
     return json_response({"location": [written.location.to_json()], "md5": written.md5_hex})
+
+
+async def put_replica(gw: Gateway, req: Request, ctx: Any, bucket_name: str, key: str) -> Response:
+    """A replica version with its data in one request (small versions of the replication
+    engine): same contract as `data` followed by `metadata` with `create`."""
+    try:
+        meta = orjson.loads(base64.urlsafe_b64decode(req.headers["x-amz-crossbeat-metadata"]))
+        if not isinstance(meta, dict):
+            raise TypeError("not an object")
+    except (KeyError, ValueError, TypeError, orjson.JSONDecodeError) as exc:
+        raise S3Error("InvalidArgument", "x-amz-crossbeat-metadata must hold base64url JSON object metadata") from exc
+    version_id = req.query.get("versionId") or meta.get("versionId")
+    if not version_id or not meta.get("sortKey"):
+        raise S3Error("InvalidArgument", "a replica needs its versionId and sortKey")
+    meta.update({"bucket": bucket_name, "key": key, "versionId": version_id})
+    bucket = await gw.run(gw.store.get_bucket, bucket_name)
+    if bucket is None:
+        return json_response({"error": "NoSuchBucket", "bucket": bucket_name}, status=404)
+
+    def commit(written: Written) -> dict[str, Any]:
+        if written.size != int(meta.get("size") or 0):
+            raise S3Error("IncompleteBody", f"replica has {written.size} bytes, metadata says {meta.get('size')}")
+        etag = str(meta.get("etag") or "")
+        if etag and "-" not in etag and etag != written.md5_hex:
+            raise S3Error("BadDigest", "replica bytes do not match the source ETag")
+        new_loc = written.location.to_json()
+        meta["location"] = [new_loc]
+        displaced = gw.store.put_version(meta)
+        keep = (new_loc["location"], new_loc["dataKey"])
+        gw.free_now([
+            {"location": [loc for loc in d.get("location") or [] if (loc.get("location"), loc.get("dataKey")) != keep]}
+            for d in displaced
+        ])
+        stored = gw.store.get_version(bucket_name, key, version_id)
+        assert stored is not None
+        return stored
+
+    _, stored = await write_body(gw, req, ctx, gw.location_for(bucket), then=commit)
+    return json_response(stored)
 
 
 def _failed_versions(gw: Gateway, limit: int, marker: str) -> list[dict[str, Any]]:

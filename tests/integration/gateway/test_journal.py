@@ -148,3 +148,29 @@ def test_failed_list_and_retry(gateway: Service, s3: Any) -> None:
     assert r.json() == {"requeued": 1}
     assert s3.head_object(Bucket="retry-src", Key="f")["ReplicationStatus"] == "PENDING"
     assert signed("GET", f"{url}/_/crossbeat/replication/failed").json()["failed"] == []
+
+
+def test_replica_route_writes_data_and_metadata_in_one_request(gateway: Service, s3: Any) -> None:
+    import base64
+
+    url = gateway.url
+    for b in ("one-src", "one-dst"):
+        s3.create_bucket(Bucket=b)
+        s3.put_bucket_versioning(Bucket=b, VersioningConfiguration={"Status": "Enabled"})
+    vid = s3.put_object(Bucket="one-src", Key="k", Body=b"replicate me", Metadata={"a": "b"})["VersionId"]
+    meta = signed("GET", f"{url}/_/crossbeat/metadata/one-src/k?versionId={vid}").json()
+    replica = dict(meta, bucket="one-dst", replicationInfo={"status": "REPLICA", "role": "", "storageClass": "",
+                                                             "content": [], "backends": [], "preferredRead": ""})
+    header = base64.urlsafe_b64encode(json.dumps(replica).encode()).decode()
+    bad = signed("PUT", f"{url}/_/crossbeat/replica/one-dst/k?versionId={vid}", b"other bytes!",
+                 headers={"x-amz-crossbeat-metadata": header})
+    assert bad.status_code == 400 and b"BadDigest" in bad.content
+    assert "Versions" not in s3.list_object_versions(Bucket="one-dst")
+    for _ in range(2):  # redelivery leaves one identical replica
+        r = signed("PUT", f"{url}/_/crossbeat/replica/one-dst/k?versionId={vid}", b"replicate me",
+                   headers={"x-amz-crossbeat-metadata": header})
+        assert r.status_code == 200, r.text
+    got = s3.get_object(Bucket="one-dst", Key="k")
+    assert got["Body"].read() == b"replicate me"
+    assert got["VersionId"] == vid and got["Metadata"] == {"a": "b"} and got["ReplicationStatus"] == "REPLICA"
+    assert len(s3.list_object_versions(Bucket="one-dst")["Versions"]) == 1
