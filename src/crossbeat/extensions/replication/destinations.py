@@ -96,6 +96,12 @@ class CrossbeatDestination:
             written: list[dict[str, Any]] = []
         elif md.get("isDeleteMarker") or size == 0:
             location, written = [], []
+        elif existing is None and size <= SMALL_VERSION_BYTES:
+            # one request: the gateway stores the bytes and creates the version together
+            with source.get_object(bucket, key, version_id) as stream:
+                data = b"".join(stream)
+            self.client.put_replica(replica_metadata(md, []), data)
+            return version_id
         else:
             location = written = self._copy_data(md, source)
         try:
