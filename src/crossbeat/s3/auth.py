@@ -244,19 +244,11 @@ def _v4_header(
         )
     principal = _lookup(lookup, access_key)
     _check_skew(when, now)
-    creq = "\n".join(
-        (
-            method,
-            canonical_uri(raw_path),
-            canonical_query(query),
-            _canonical_headers(hdrs, signed_headers),
-            signed,
-            sha_header,
-        )
+    key, scope = _verify_request(
+        principal, date, region, amz_date, signature,
+        (method, canonical_uri(raw_path), canonical_query(query),
+         _canonical_headers(hdrs, signed_headers), signed, sha_header),
     )
-    scope = f"{date}/{region}/s3/aws4_request"
-    key = signing_key(principal.secret_key, date, region)
-    _verify_v4(key, amz_date, scope, creq, signature)
     return AuthContext(
         principal,
         mode,
@@ -329,19 +321,11 @@ def _v4_query(
     )
     payload_hash = sha_header if sha_header is not None else UNSIGNED_PAYLOAD
     mode, sha = _payload_mode(payload_hash, default="unsigned")
-    creq = "\n".join(
-        (
-            method,
-            canonical_uri(raw_path),
-            canonical_query(query, drop=b"X-Amz-Signature"),
-            _canonical_headers(hdrs, signed_headers),
-            signed,
-            payload_hash,
-        )
+    key, scope = _verify_request(
+        principal, date, region, amz_date, signature,
+        (method, canonical_uri(raw_path), canonical_query(query, drop=b"X-Amz-Signature"),
+         _canonical_headers(hdrs, signed_headers), signed, payload_hash),
     )
-    scope = f"{date}/{region}/s3/aws4_request"
-    key = signing_key(principal.secret_key, date, region)
-    _verify_v4(key, amz_date, scope, creq, signature)
     return AuthContext(
         principal,
         mode,
@@ -353,6 +337,17 @@ def _v4_query(
         auth_type="v4-query",
         region=region,
     )
+
+
+def _verify_request(
+    principal: Principal, date: str, region: str, amz_date: str, signature: str,
+    canonical_parts: tuple[str, ...],
+) -> tuple[bytes, str]:
+    """Check a SigV4 signature over the canonical request; returns (signing key, scope)."""
+    scope = f"{date}/{region}/s3/aws4_request"
+    key = signing_key(principal.secret_key, date, region)
+    _verify_v4(key, amz_date, scope, "\n".join(canonical_parts), signature)
+    return key, scope
 
 
 def _verify_v4(key: bytes, amz_date: str, scope: str, creq: str, signature: str) -> None:
