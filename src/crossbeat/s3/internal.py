@@ -130,12 +130,7 @@ async def put_metadata(gw: Gateway, req: Request, ctx: Any, bucket: str, key: st
         if not meta.get("sortKey"):
             raise S3Error("InvalidArgument", "a created version needs its sortKey")
         displaced = await gw.run(gw.store.put_version, meta)
-        keep = {(loc.get("location"), loc.get("dataKey")) for loc in meta.get("location") or []}
-        stale = [
-            {"location": [loc for loc in d.get("location") or [] if (loc.get("location"), loc.get("dataKey")) not in keep]}
-            for d in displaced
-        ]
-        await gw.free(stale)
+        await gw.free(_stale(displaced, meta))
         stored = await gw.run(gw.store.get_version, bucket, key, version_id)
         return json_response(stored)
     if "expectedRevision" not in doc:
@@ -151,6 +146,16 @@ async def put_metadata(gw: Gateway, req: Request, ctx: Any, bucket: str, key: st
     if stored is None:
         return json_response({"error": "NoSuchVersion"}, status=404)
     return json_response(stored)
+
+
+def _stale(displaced: list[dict[str, Any]], meta: dict[str, Any]) -> list[dict[str, Any]]:
+    """The data of displaced versions that the new version `meta` does not point at."""
+    keep = {(loc.get("location"), loc.get("dataKey")) for loc in meta.get("location") or []}
+    return [
+        {"location": [loc for loc in d.get("location") or []
+                      if (loc.get("location"), loc.get("dataKey")) not in keep]}
+        for d in displaced
+    ]
 
 
 async def put_data(gw: Gateway, req: Request, ctx: Any, bucket_name: str) -> Response:
@@ -187,12 +192,7 @@ async def put_replica(gw: Gateway, req: Request, ctx: Any, bucket_name: str, key
             raise S3Error("BadDigest", "replica bytes do not match the source ETag")
         new_loc = written.location.to_json()
         meta["location"] = [new_loc]
-        displaced = gw.store.put_version(meta)
-        keep = (new_loc["location"], new_loc["dataKey"])
-        gw.free_now([
-            {"location": [loc for loc in d.get("location") or [] if (loc.get("location"), loc.get("dataKey")) != keep]}
-            for d in displaced
-        ])
+        gw.free_now(_stale(gw.store.put_version(meta), meta))
         stored = gw.store.get_version(bucket_name, key, version_id)
         assert stored is not None
         return stored
