@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
@@ -151,6 +151,18 @@ class Gateway:
         if any(m.get("location") for m in metas):
             await self.run(self.free_now, metas)
 
+    def versions(self, bucket: str) -> Iterator[dict[str, Any]]:
+        """Every version and delete marker of `bucket`, page by page (worker thread)."""
+        key_marker, version_marker = "", ""
+        while True:
+            page = self.store.list_versions(
+                bucket, key_marker=key_marker, version_marker=version_marker, limit=1000
+            )
+            yield from page
+            if len(page) < 1000:
+                return
+            key_marker, version_marker = page[-1]["key"], page[-1]["versionId"]
+
     def referenced_keys(self) -> set[tuple[str, str]]:
         """Every (location, dataKey) that a version or an upload part points at."""
         refs: set[tuple[str, str]] = set()
@@ -160,16 +172,8 @@ class Gateway:
                 refs.add((loc["location"], loc["dataKey"]))
 
         for bucket in self.store.list_buckets():
-            key_marker, version_marker = "", ""
-            while True:
-                page = self.store.list_versions(
-                    bucket.name, key_marker=key_marker, version_marker=version_marker, limit=1000
-                )
-                for meta in page:
-                    add(meta)
-                if len(page) < 1000:
-                    break
-                key_marker, version_marker = page[-1]["key"], page[-1]["versionId"]
+            for meta in self.versions(bucket.name):
+                add(meta)
             key_marker, upload_marker = "", ""
             while True:
                 uploads = self.store.list_uploads(

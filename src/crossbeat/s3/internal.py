@@ -206,20 +206,16 @@ def _failed_versions(gw: Gateway, limit: int, marker: str) -> list[dict[str, Any
     for bucket in gw.store.list_buckets():
         if not bucket.replication:
             continue
-        key_marker, version_marker = "", ""
-        while len(out) < limit:
-            page = gw.store.list_versions(bucket.name, key_marker=key_marker, version_marker=version_marker, limit=1000)
-            for meta in page:
-                info = meta.get("replicationInfo") or {}
-                token = f"{bucket.name}/{meta['key']}/{meta['versionId']}"
-                if info.get("status") == "FAILED" and token > marker:
-                    out.append({
-                        "bucket": bucket.name, "key": meta["key"], "versionId": meta["versionId"],
-                        "backends": info.get("backends", []), "lastModified": meta.get("lastModified"),
-                    })
-            if len(page) < 1000:
+        for meta in gw.versions(bucket.name):
+            if len(out) >= limit:
                 break
-            key_marker, version_marker = page[-1]["key"], page[-1]["versionId"]
+            info = meta.get("replicationInfo") or {}
+            token = f"{bucket.name}/{meta['key']}/{meta['versionId']}"
+            if info.get("status") == "FAILED" and token > marker:
+                out.append({
+                    "bucket": bucket.name, "key": meta["key"], "versionId": meta["versionId"],
+                    "backends": info.get("backends", []), "lastModified": meta.get("lastModified"),
+                })
     return out[:limit]
 
 
