@@ -12,7 +12,7 @@ import sqlite3
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 
 from crossbeat.metadata import buckets, journal, uploads, versions
 from crossbeat.metadata.codec import check_text
-from crossbeat.metadata.errors import InvalidMetadata, StoreClosed
+from crossbeat.metadata.errors import InvalidMetadata, MetadataError, StoreClosed
 from crossbeat.metadata.models import Bucket, JournalEntry
 from crossbeat.metadata.schema import connect, initialise
 from crossbeat.metadata.settings import MetadataSettings
@@ -36,6 +36,16 @@ def _limit(limit: int) -> int:
     if not isinstance(limit, int) or limit < 0:
         raise InvalidMetadata(f"limit must be a non-negative integer, got {limit!r}")
     return limit
+
+
+def _per_item(results: list[T | BaseException]) -> list[T | MetadataError]:
+    """Per-item errors of the store are answers; anything else (I/O, a bug) is raised."""
+    out: list[T | MetadataError] = []
+    for r in results:
+        if isinstance(r, BaseException) and (not isinstance(r, MetadataError) or isinstance(r, StoreClosed)):
+            raise r
+        out.append(r)
+    return out
 
 
 class SqliteMetadataStore(MetadataStore):
@@ -176,6 +186,24 @@ class SqliteMetadataStore(MetadataStore):
         return self._write(
             lambda txn: versions.update(txn, bucket, key, version_id, new_meta, expected_revision)
         )
+
+    def get_versions(self, refs: Sequence[tuple[str, str, str]]) -> list[Meta | None]:
+        with self._read() as conn:  # one read transaction: one consistent state
+            return [versions.get(conn, b, k, v) for b, k, v in refs]
+
+    def put_versions(self, metas: Sequence[Meta]) -> list[list[Meta] | MetadataError]:
+        def op(meta: Meta) -> Callable[[WriteTxn], list[Meta]]:
+            return lambda txn: versions.put(txn, meta, None)[1]
+
+        return _per_item(self._writer.submit_many([op(m) for m in metas]))
+
+    def update_versions(self, updates: Sequence[tuple[Meta, int]]) -> list[Meta | MetadataError]:
+        def op(meta: Meta, expected: int) -> Callable[[WriteTxn], Meta]:
+            return lambda txn: versions.update(
+                txn, meta["bucket"], meta["key"], meta["versionId"], meta, expected
+            )
+
+        return _per_item(self._writer.submit_many([op(m, e) for m, e in updates]))
 
     def list_latest(
         self, bucket: str, *, prefix: str = "", start_after: str = "", limit: int = 1000

@@ -21,9 +21,10 @@ not journaled: they are not object metadata; completing an upload journals the v
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
+from crossbeat.metadata.errors import MetadataError, StoreClosed
 from crossbeat.metadata.models import Bucket, JournalEntry
 
 Meta = dict[str, Any]
@@ -83,6 +84,41 @@ class MetadataStore(abc.ABC):
         """Compare-and-set one version's metadata; bucket, key, versionId and sortKey are
         kept. RevisionMismatch(current) if the stored revision is not `expected_revision`
         (NoSuchVersion, a RevisionMismatch with current None, if the version is gone)."""
+
+    # Batches (the replication engine moves many versions per request). These defaults loop
+    # over the single-version calls; a store overrides them to share reads and commits.
+
+    def get_versions(self, refs: Sequence[tuple[str, str, str]]) -> list[Meta | None]:
+        """`get_version(bucket, key, versionId)` for each ref, in order."""
+        return [self.get_version(b, k, v) for b, k, v in refs]
+
+    def put_versions(self, metas: Sequence[Meta]) -> list[list[Meta] | MetadataError]:
+        """`put_version` for each; each item is the displaced versions or the error that
+        refused that one alone (the others are stored all the same)."""
+        out: list[list[Meta] | MetadataError] = []
+        for meta in metas:
+            try:
+                out.append(self.put_version(meta))
+            except StoreClosed:
+                raise
+            except MetadataError as exc:
+                out.append(exc)
+        return out
+
+    def update_versions(self, updates: Sequence[tuple[Meta, int]]) -> list[Meta | MetadataError]:
+        """`update_version` for each (new metadata, expected revision), identity taken from
+        the metadata; each item is the stored metadata or the error for that one alone."""
+        out: list[Meta | MetadataError] = []
+        for meta, expected in updates:
+            try:
+                out.append(self.update_version(
+                    meta["bucket"], meta["key"], meta["versionId"], meta, expected_revision=expected
+                ))
+            except StoreClosed:
+                raise
+            except MetadataError as exc:
+                out.append(exc)
+        return out
 
     @abc.abstractmethod
     def list_latest(

@@ -18,7 +18,7 @@ import queue
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -116,6 +116,25 @@ class GroupCommitWriter:
                 raise StoreClosed("metadata store is closed")
             self._queue.put(_Op(fn, future))
         return future.result()
+
+    def submit_many(self, fns: Sequence[Callable[[WriteTxn], T]]) -> list[T | BaseException]:
+        """Run each of `fns` as its own operation, all queued at once so they share as few
+        transactions (fsyncs) as `max_batch` allows; return each one's result or exception,
+        in order, once every commit is durable. One operation failing changes nothing of
+        the others (each runs in its own savepoint)."""
+        if threading.current_thread() is self._thread:
+            raise RuntimeError("metadata store called from inside a write operation")
+        futures: list[Future[T]] = [Future() for _ in fns]
+        with self._close_lock:
+            if self._closed:
+                raise StoreClosed("metadata store is closed")
+            for fn, future in zip(fns, futures, strict=True):
+                self._queue.put(_Op(fn, future))
+        out: list[T | BaseException] = []
+        for future in futures:
+            exc = future.exception()
+            out.append(exc if exc is not None else future.result())
+        return out
 
     def pending(self) -> int:
         """Operations queued and not yet taken into a batch (approximate, for tests/metrics)."""

@@ -12,6 +12,7 @@ All need admin credentials (checked by the router). Bodies and answers are JSON.
                                                    one request: data written, checked against
                                                    size/ETag, then the version created
 - POST batchDelete                                → {"locations": [...]} deleted (idempotent)
+- POST batchRead | batchReplica | batchUpdate      → many versions per request (internal_batch)
 - GET  replication/failed?limit=&marker=          → versions whose replication FAILED
 - POST replication/retry                          → {"all": true} | {"bucket","key","versionId"}
 """
@@ -29,12 +30,14 @@ from crossbeat.s3.auth import Principal
 from crossbeat.s3.datapath import Written, read_document, write_body
 from crossbeat.s3.errors import S3Error
 from crossbeat.s3.http import Request, Response
+from crossbeat.s3.internal_batch import batch_read, batch_replica, batch_update, unreferenced
 from crossbeat.s3.replication import global_status
 
 if TYPE_CHECKING:
     from crossbeat.s3.gateway import Gateway
 
 MAX_WAIT = 30.0
+BATCH_ROUTES = {"batchRead": batch_read, "batchReplica": batch_replica, "batchUpdate": batch_update}
 
 
 def json_response(doc: Any, status: int = 200) -> Response:
@@ -73,6 +76,8 @@ async def dispatch(gw: Gateway, req: Request, p: Principal, ctx: Any, route: str
         doc = orjson.loads(await read_document(req, ctx) or b"{}")
         await gw.free([{"location": doc.get("locations") or []}])
         return json_response({"deleted": len(doc.get("locations") or [])})
+    if head in ("batchRead", "batchReplica", "batchUpdate") and not rest and m == "POST":
+        return await BATCH_ROUTES[head](gw, req, ctx)
     if head == "replication" and rest == "failed" and m == "GET":
         return await failed(gw, req)
     if head == "replication" and rest == "retry" and m == "POST":
@@ -130,7 +135,7 @@ async def put_metadata(gw: Gateway, req: Request, ctx: Any, bucket: str, key: st
         if not meta.get("sortKey"):
             raise S3Error("InvalidArgument", "a created version needs its sortKey")
         displaced = await gw.run(gw.store.put_version, meta)
-        await gw.free(_stale(displaced, meta))
+        await gw.free(unreferenced(displaced, meta))
         stored = await gw.run(gw.store.get_version, bucket, key, version_id)
         return json_response(stored)
     if "expectedRevision" not in doc:
@@ -146,16 +151,6 @@ async def put_metadata(gw: Gateway, req: Request, ctx: Any, bucket: str, key: st
     if stored is None:
         return json_response({"error": "NoSuchVersion"}, status=404)
     return json_response(stored)
-
-
-def _stale(displaced: list[dict[str, Any]], meta: dict[str, Any]) -> list[dict[str, Any]]:
-    """The data of displaced versions that the new version `meta` does not point at."""
-    keep = {(loc.get("location"), loc.get("dataKey")) for loc in meta.get("location") or []}
-    return [
-        {"location": [loc for loc in d.get("location") or []
-                      if (loc.get("location"), loc.get("dataKey")) not in keep]}
-        for d in displaced
-    ]
 
 
 async def put_data(gw: Gateway, req: Request, ctx: Any, bucket_name: str) -> Response:
@@ -192,7 +187,7 @@ async def put_replica(gw: Gateway, req: Request, ctx: Any, bucket_name: str, key
             raise S3Error("BadDigest", "replica bytes do not match the source ETag")
         new_loc = written.location.to_json()
         meta["location"] = [new_loc]
-        gw.free_now(_stale(gw.store.put_version(meta), meta))
+        gw.free_now(unreferenced(gw.store.put_version(meta), meta))
         stored = gw.store.get_version(bucket_name, key, version_id)
         assert stored is not None
         return stored

@@ -232,3 +232,23 @@ def test_sort_key_defaults_and_collisions(store: SqliteMetadataStore, bucket: st
     with pytest.raises(InvalidMetadata):
         store.put_version(clash)
     assert len(store.list_versions(bucket)) == 1
+
+
+def test_batches_answer_per_item_and_share_commits(store: SqliteMetadataStore, bucket: str) -> None:
+    vs = [version(bucket, f"k{i}") for i in range(50)]
+    commits = store.writer_stats.commits
+    displaced = store.put_versions([*vs, version("missing", "k"), {"bucket": bucket}])
+    assert displaced[:50] == [[]] * 50
+    assert isinstance(displaced[50], NoSuchBucket) and isinstance(displaced[51], InvalidMetadata)
+    assert store.writer_stats.commits - commits < 50  # group-committed, not one per version
+    got = store.get_versions([(bucket, v["key"], v["versionId"]) for v in vs] + [(bucket, "k0", "nope")])
+    assert [g["revision"] if g else None for g in got] == [1] * 50 + [None]
+
+    updates = [(dict(v, contentType="x"), 1) for v in vs[:3]]
+    updates += [(vs[3], 7), (dict(vs[4], versionId="nope"), 1)]
+    results = store.update_versions(updates)
+    assert [r["revision"] for r in results[:3]] == [2, 2, 2]  # type: ignore[index]
+    assert isinstance(results[3], RevisionMismatch) and results[3].current["revision"] == 1  # type: ignore[index]
+    assert isinstance(results[4], NoSuchVersion)
+    got4 = store.get_version(bucket, "k3", vs[3]["versionId"])
+    assert got4 is not None and got4["revision"] == 1 and "contentType" not in got4

@@ -111,6 +111,13 @@ class CrossbeatDestination:
             raise
         return version_id
 
+    def replicate_batch(
+        self, versions: list[tuple[dict[str, Any], bytes]]
+    ) -> list[ReplicationError | None]:
+        """Small versions and delete markers (source metadata, all their bytes) in one
+        request: None or the error of each. Redelivery is harmless, as in `replicate`."""
+        return self.client.batch_replica([(replica_metadata(md, []), data) for md, data in versions])
+
     @staticmethod
     def _same_data(existing: dict[str, Any], md: dict[str, Any]) -> bool:
         if bool(existing.get("isDeleteMarker")) != bool(md.get("isDeleteMarker")):

@@ -25,6 +25,7 @@ from crossbeat.populator.auth import UNSIGNED_PAYLOAD, SigV4Signer, quote_path, 
 INTERNAL = "/_/crossbeat"
 JSON = {"content-type": "application/json"}
 READ_CHUNK = 1024 * 1024
+BATCH_ITEMS = 500  # per batch request (the gateway takes up to 1000)
 
 
 class GatewayClient:
@@ -124,6 +125,62 @@ class GatewayClient:
         stored: dict[str, Any] = orjson.loads(resp.data)
         return stored
 
+    def _batch(
+        self, route: str, what: str, field: str, items: list[dict[str, Any]], answer: str,
+        query: str = "",
+    ) -> list[dict[str, Any]]:
+        """POST `items` as {field: [...]} in requests of at most BATCH_ITEMS; the answers'
+        `answer` lists, concatenated in order."""
+        out: list[dict[str, Any]] = []
+        for start in range(0, len(items), BATCH_ITEMS):
+            body = orjson.dumps({field: items[start:start + BATCH_ITEMS]})
+            resp = self._request("POST", f"{INTERNAL}/{route}{query}", what, body, JSON)
+            if resp.status != 200:
+                raise http_error(what, resp.status, self._text(resp))
+            out += orjson.loads(resp.data)[answer]
+        return out
+
+    def batch_read(
+        self, refs: list[tuple[str, str, str]], inline_below: int
+    ) -> list[tuple[dict[str, Any] | None, bytes | None]]:
+        """(metadata or None if gone, data if inlined) for each (bucket, key, versionId);
+        data is inlined for versions of 1..inline_below bytes the gateway could read."""
+        versions = [{"bucket": b, "key": k, "versionId": v} for b, k, v in refs]
+        answers = self._batch("batchRead", "batch read", "versions", versions, "versions",
+                              f"?{quote_query({'inlineBelow': inline_below})}")
+        out: list[tuple[dict[str, Any] | None, bytes | None]] = []
+        for item in answers:
+            data = item.get("data")
+            out.append((item.get("metadata"), None if data is None else base64.b64decode(data)))
+        return out
+
+    def batch_replica(self, replicas: list[tuple[dict[str, Any], bytes]]) -> list[ReplicationError | None]:
+        """Create small replicas (metadata, bytes) in one request; None or the error of each."""
+        items = [{"metadata": md, "data": base64.b64encode(data).decode("ascii")}
+                 for md, data in replicas]
+        answers = self._batch("batchReplica", "batch replica", "replicas", items, "results")
+        return [_item_error(r, "put replica") for r in answers]
+
+    def batch_update(
+        self, updates: list[tuple[dict[str, Any], int]]
+    ) -> list[dict[str, Any] | RevisionMismatch | ReplicationError | None]:
+        """Compare-and-set each (metadata, expected revision): the stored metadata, a
+        RevisionMismatch (with the current metadata), None if the version is gone, or the
+        error of that item."""
+        items = [{"metadata": md, "expectedRevision": rev} for md, rev in updates]
+        answers = self._batch("batchUpdate", "batch update", "updates", items, "results")
+        out: list[dict[str, Any] | RevisionMismatch | ReplicationError | None] = []
+        for r in answers:
+            if "metadata" in r:
+                out.append(r["metadata"])
+            elif r.get("error") == "RevisionMismatch":
+                out.append(RevisionMismatch(r.get("current") or {}))
+            elif r.get("error") == "NoSuchVersion":
+                out.append(None)
+            else:
+                out.append(_item_error(r, "update metadata"))
+        return out
+
     def put_data(
         self, bucket: str, key: str, body: bytes | Iterator[bytes], length: int
     ) -> tuple[list[dict[str, Any]], str]:
@@ -185,3 +242,12 @@ class GatewayClient:
 
     def close(self) -> None:
         self._http.clear()
+
+
+def _item_error(result: dict[str, Any], what: str) -> ReplicationError | None:
+    """A batch item's error as the ReplicationError a single request would have raised."""
+    if "error" not in result:
+        return None
+    code = str(result.get("error"))
+    retryable = code in ("InternalError", "ServiceUnavailable", "SlowDown")
+    return ReplicationError(f"{what}: {code}: {result.get('message', '')}", retryable=retryable)

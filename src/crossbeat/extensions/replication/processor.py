@@ -10,10 +10,16 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from crossbeat.extensions.replication.destinations import Destination, make_destination
+from crossbeat.extensions.replication.destinations import (
+    SMALL_VERSION_BYTES,
+    CrossbeatDestination,
+    Destination,
+    make_destination,
+)
+from crossbeat.extensions.replication.errors import ReplicationError
 from crossbeat.extensions.replication.gateway import GatewayClient
 from crossbeat.extensions.replication.keyed import run_keyed
 from crossbeat.extensions.replication.messages import (
@@ -26,6 +32,8 @@ from crossbeat.extensions.replication.settings import ReplicationSettings
 from crossbeat.extensions.replication.status import COMPLETED, FAILED, backend_status
 
 log = logging.getLogger(__name__)
+BATCH_VERSIONS = 500  # versions per batch read at the source
+BATCH_BYTES = 8 * 1024 * 1024  # bytes per batch write at the destination
 
 
 class _Skip(Exception):
@@ -75,7 +83,80 @@ class ReplicationProcessor:
             result, error, attempts = with_retries(self.settings.retry, attempt, sleep=self._sleep)
         except _Skip:
             return None
-        md = seen.get("md") or {}
+        return self._outcome(entry, seen.get("md") or {}, error, attempts, result or "")
+
+    def process_batch(self, entries: Sequence[ReplicationEntry]) -> list[ReplicationOutcome]:
+        """Outcomes for `entries` (redelivered duplicates count once).
+
+        Against a crossbeat destination, small versions and delete markers travel in batches:
+        one request reads a batch's metadata and inlined bytes at the source, one creates the
+        replicas at the destination. Whatever the batch path cannot settle (a large version,
+        bytes the source could not inline, a batch request or item that failed retryably)
+        goes through `process`, per object in order and objects in parallel, with retries.
+        """
+        unique: dict[tuple[str, str, str], ReplicationEntry] = {}
+        for e in entries:
+            if self.site in e.sites:
+                unique.setdefault((e.bucket, e.key, e.versionId), e)
+        todo = list(unique.values())
+        if not isinstance(self.destination, CrossbeatDestination):
+            return self._one_by_one(todo)
+        outcomes: list[ReplicationOutcome] = []
+        rest: list[ReplicationEntry] = []
+        for start in range(0, len(todo), BATCH_VERSIONS):
+            done, left = self._batched(self.destination, todo[start:start + BATCH_VERSIONS])
+            outcomes += done
+            rest += left
+        return outcomes + self._one_by_one(rest)
+
+    def _one_by_one(self, entries: Sequence[ReplicationEntry]) -> list[ReplicationOutcome]:
+        results = run_keyed(
+            entries, lambda e: (e.bucket, e.key), self.process, self.settings.concurrency
+        )
+        return [r for r in results if r is not None]
+
+    def _batched(
+        self, destination: CrossbeatDestination, entries: Sequence[ReplicationEntry]
+    ) -> tuple[list[ReplicationOutcome], list[ReplicationEntry]]:
+        """(outcomes settled by the batch path, entries left for `process`)."""
+        try:
+            read = self.source.batch_read(
+                [(e.bucket, e.key, e.versionId) for e in entries], SMALL_VERSION_BYTES
+            )
+        except ReplicationError:
+            return [], list(entries)  # `process` retries each with backoff
+        small: list[tuple[ReplicationEntry, dict[str, Any], bytes]] = []
+        rest: list[ReplicationEntry] = []
+        for entry, (md, data) in zip(entries, read, strict=True):
+            if md is None:
+                continue  # version gone
+            status = backend_status(md, self.site)
+            if status is None or status == COMPLETED:
+                continue
+            if md.get("isDeleteMarker") or not int(md.get("size") or 0):
+                small.append((entry, md, b""))
+            elif data is not None:
+                small.append((entry, md, data))
+            else:
+                rest.append(entry)
+        outcomes: list[ReplicationOutcome] = []
+        for group in _by_bytes(small, BATCH_BYTES):
+            try:
+                errors = destination.replicate_batch([(md, data) for _, md, data in group])
+            except ReplicationError:
+                rest += [entry for entry, _, _ in group]
+                continue
+            for (entry, md, _), error in zip(group, errors, strict=True):
+                if error is not None and error.retryable:
+                    rest.append(entry)
+                else:
+                    outcomes.append(self._outcome(entry, md, error, 1))
+        return outcomes, rest
+
+    def _outcome(
+        self, entry: ReplicationEntry, md: dict[str, Any], error: ReplicationError | None,
+        attempts: int, result: str | None = None,
+    ) -> ReplicationOutcome:
         if error is not None:
             log.warning("replication of %s/%s %s to %s failed after %d attempts: %s",
                         entry.bucket, entry.key, entry.versionId, self.site, attempts, error)
@@ -85,7 +166,7 @@ class ReplicationProcessor:
             versionId=entry.versionId,
             site=self.site,
             status=COMPLETED if error is None else FAILED,
-            dataStoreVersionId=result or "",
+            dataStoreVersionId=(result if result is not None else entry.versionId) if error is None else "",
             fingerprint=content_fingerprint(md) if md else "",
             attempts=attempts,
             error=None if error is None else str(error),
@@ -93,9 +174,18 @@ class ReplicationProcessor:
             source=md or None,
         )
 
-    def process_batch(self, entries: Sequence[ReplicationEntry]) -> list[ReplicationOutcome]:
-        """Outcomes for `entries`: per object in order, objects in parallel (`concurrency`)."""
-        results = run_keyed(
-            entries, lambda e: (e.bucket, e.key), self.process, self.settings.concurrency
-        )
-        return [r for r in results if r is not None]
+
+def _by_bytes(
+    items: list[tuple[ReplicationEntry, dict[str, Any], bytes]], limit: int
+) -> Iterator[list[tuple[ReplicationEntry, dict[str, Any], bytes]]]:
+    """Consecutive groups of `items` whose data adds up to at most `limit` (or one item)."""
+    group: list[tuple[ReplicationEntry, dict[str, Any], bytes]] = []
+    size = 0
+    for item in items:
+        if group and size + len(item[2]) > limit:
+            yield group
+            group, size = [], 0
+        group.append(item)
+        size += len(item[2])
+    if group:
+        yield group

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from crossbeat.extensions.replication.errors import ReplicationError, RevisionMismatch
 from crossbeat.extensions.replication.gateway import GatewayClient
@@ -62,6 +63,94 @@ class StatusUpdater:
         return result
 
     def apply_batch(self, outcomes: Sequence[ReplicationOutcome]) -> list[str]:
-        return run_keyed(
-            outcomes, lambda o: (o.bucket, o.key), self.apply, self.settings.concurrency
-        )
+        """One result per outcome, in order. Outcomes go to the source in batch requests
+        (one compare-and-set request per round); outcomes of one version are applied one
+        after another, in order. What a batch request cannot settle (the request failed,
+        too many lost races) goes through `apply`, with retries."""
+        results: list[str | None] = [None] * len(outcomes)
+        queues: dict[tuple[str, str, str], list[int]] = {}
+        for i, o in enumerate(outcomes):
+            queues.setdefault((o.bucket, o.key, o.versionId), []).append(i)
+        current: dict[tuple[str, str, str], dict[str, Any]] = {}
+        leftovers: list[int] = []
+        try:
+            while queues:
+                heads = {ref: q[0] for ref, q in queues.items()}
+                settled = self._round(outcomes, heads, current, results)
+                for ref in heads:
+                    if ref not in settled:  # given up here: the rest of it goes to `apply`
+                        leftovers += queues.pop(ref)
+                    else:
+                        queues[ref].pop(0)
+                        if not queues[ref]:
+                            del queues[ref]
+        except ReplicationError:
+            pass  # the source is not answering batches: `apply` below retries with backoff
+        for q in queues.values():
+            leftovers += q
+        leftovers = sorted(i for i in leftovers if results[i] is None)
+        rest = run_keyed([outcomes[i] for i in leftovers], lambda o: (o.bucket, o.key),
+                         self.apply, self.settings.concurrency)
+        for i, r in zip(leftovers, rest, strict=True):
+            results[i] = r
+        return [r or UNCHANGED for r in results]
+
+    def _round(
+        self,
+        outcomes: Sequence[ReplicationOutcome],
+        heads: dict[tuple[str, str, str], int],
+        current: dict[tuple[str, str, str], dict[str, Any]],
+        results: list[str | None],
+    ) -> set[tuple[str, str, str]]:
+        """Apply the head outcome of each version, racing up to `max_races` times; returns
+        the versions whose head is settled (`results` filled in). The others (an item
+        error, too many lost races) are left to `apply`."""
+        pending = dict(heads)
+        settled: set[tuple[str, str, str]] = set()
+        for _ in range(self.max_races):
+            if not pending:
+                break
+            missing = [ref for ref in pending if ref not in current]
+            for o in (outcomes[pending[ref]] for ref in missing):
+                if o.source and "revision" in o.source:
+                    current[(o.bucket, o.key, o.versionId)] = o.source
+            unread = [ref for ref in missing if ref not in current]
+            if unread:
+                for ref, (md, _) in zip(unread, self.source.batch_read(unread, 0), strict=True):
+                    if md is None:
+                        results[pending.pop(ref)] = GONE
+                        settled.add(ref)
+                    else:
+                        current[ref] = md
+            updates: list[tuple[tuple[str, str, str], dict[str, Any]]] = []
+            for ref, i in list(pending.items()):
+                new = apply_outcome(current[ref], outcomes[i])
+                if new is None:
+                    results[pending.pop(ref)] = UNCHANGED
+                    settled.add(ref)
+                else:
+                    updates.append((ref, new))
+            if not updates:
+                break
+            answers = self.source.batch_update(
+                [(new, int(current[ref].get("revision", 0))) for ref, new in updates]
+            )
+            for (ref, _), answer in zip(updates, answers, strict=True):
+                if isinstance(answer, RevisionMismatch):
+                    current[ref] = answer.current  # lost a race: recompute on what is there
+                    if not answer.current:
+                        current.pop(ref)
+                    continue
+                if isinstance(answer, ReplicationError):
+                    current.pop(ref, None)
+                    del pending[ref]  # left for `apply`, which retries it
+                    continue
+                i = pending.pop(ref)
+                if answer is None:
+                    results[i] = GONE
+                    current.pop(ref, None)
+                else:
+                    results[i] = APPLIED
+                    current[ref] = answer
+                settled.add(ref)
+        return settled

@@ -1,0 +1,215 @@
+"""The batch paths of the replication engine against two real gateways (no Spark, no broker):
+`ReplicationProcessor.process_batch` and `StatusUpdater.apply_batch` over the internal
+batchRead / batchReplica / batchUpdate routes, and those routes' answers to bad input."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from crossbeat.extensions.replication.messages import ReplicationEntry
+from crossbeat.extensions.replication.processor import ReplicationProcessor
+from crossbeat.extensions.replication.settings import Endpoint, ReplicationSettings, SiteSettings
+from crossbeat.extensions.replication.status_updater import APPLIED, UNCHANGED, StatusUpdater
+from tests.support.gateway import ROOT_AK, ROOT_SK, running_gateway, s3_client, signed
+from tests.support.procs import Service
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
+
+RULE = {
+    "Role": "arn:aws:iam::000000000000:role/crossbeat",
+    "Rules": [{"ID": "to-b", "Priority": 1, "Status": "Enabled", "Filter": {"Prefix": ""},
+               "DeleteMarkerReplication": {"Status": "Enabled"},
+               "Destination": {"Bucket": "arn:aws:s3:::destination", "StorageClass": "b"}}],
+}
+
+
+@pytest.fixture(scope="module")
+def sites(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Service, Service]]:
+    root: Path = tmp_path_factory.mktemp("batch")
+    with running_gateway(root / "a") as a, running_gateway(root / "b") as b:
+        yield a, b
+
+
+def settings(a: Service, b: Service) -> ReplicationSettings:
+    return ReplicationSettings(
+        access_key=ROOT_AK, secret_key=ROOT_SK,  # type: ignore[arg-type]
+        source=Endpoint(endpoint=a.url), sites={"b": SiteSettings(endpoint=b.url)},
+    )
+
+
+def make_buckets(a: Service, b: Service, name: str, *, at_b: bool = True) -> None:
+    sa = s3_client(a.url)
+    sa.create_bucket(Bucket=name)
+    sa.put_bucket_versioning(Bucket=name, VersioningConfiguration={"Status": "Enabled"})
+    sa.put_bucket_replication(Bucket=name, ReplicationConfiguration=RULE)
+    if at_b:
+        sb = s3_client(b.url)
+        sb.create_bucket(Bucket=name)
+        sb.put_bucket_versioning(Bucket=name, VersioningConfiguration={"Status": "Enabled"})
+
+
+def entries_of(client: Any, bucket: str) -> list[ReplicationEntry]:
+    listed = client.list_object_versions(Bucket=bucket)
+    out = []
+    for v in listed.get("Versions", []) + listed.get("DeleteMarkers", []):
+        out.append(ReplicationEntry(seq=0, bucket=bucket, key=v["Key"], versionId=v["VersionId"],
+                                    isDeleteMarker="ETag" not in v, sites=("b",), ts=""))
+    return out
+
+
+def versions(client: Any, bucket: str) -> list[tuple[str, str, str, bool]]:
+    listed = client.list_object_versions(Bucket=bucket)
+    rows = [(v["Key"], v["VersionId"], v["ETag"], v["IsLatest"]) for v in listed.get("Versions", [])]
+    rows += [(m["Key"], m["VersionId"], "DM", m["IsLatest"]) for m in listed.get("DeleteMarkers", [])]
+    return sorted(rows)
+
+
+def test_small_versions_markers_and_a_large_one_replicate_identically(
+    sites: tuple[Service, Service],
+) -> None:
+    a, b = sites
+    make_buckets(a, b, "mixed")
+    sa, sb = s3_client(a.url), s3_client(b.url)
+    for i in range(40):
+        extra: dict[str, Any] = {"Metadata": {"i": str(i)}} if i % 3 == 0 else {}
+        if i % 5 == 0:
+            extra["Tagging"] = f"n={i}"
+        sa.put_object(Bucket="mixed", Key=f"k/{i % 25}", Body=hashlib.sha256(str(i).encode()).digest() * (i + 1),
+                      **extra)
+    sa.put_object(Bucket="mixed", Key="empty", Body=b"")
+    sa.put_object(Bucket="mixed", Key="large", Body=b"L" * (2 * 1024 * 1024 + 3))  # not inlined
+    sa.delete_object(Bucket="mixed", Key="k/3")
+    entries = entries_of(sa, "mixed")
+
+    rs = settings(a, b)
+    processor = ReplicationProcessor(rs, "b")
+    outcomes = processor.process_batch(entries + entries[:10])  # redelivered duplicates too
+    assert len(outcomes) == len(entries)
+    assert {o.status for o in outcomes} == {"COMPLETED"}
+
+    assert versions(sb, "mixed") == versions(sa, "mixed")
+    for key, vid, etag, _ in versions(sa, "mixed"):
+        if etag == "DM":
+            continue
+        ga = sa.get_object(Bucket="mixed", Key=key, VersionId=vid)
+        gb = sb.get_object(Bucket="mixed", Key=key, VersionId=vid)
+        assert gb["Body"].read() == ga["Body"].read(), key
+        assert gb["Metadata"] == ga["Metadata"] and gb["LastModified"] == ga["LastModified"]
+        assert gb["ReplicationStatus"] == "REPLICA"
+        assert (sb.get_object_tagging(Bucket="mixed", Key=key, VersionId=vid)["TagSet"]
+                == sa.get_object_tagging(Bucket="mixed", Key=key, VersionId=vid)["TagSet"])
+
+    updater = StatusUpdater(rs)
+    assert updater.apply_batch(outcomes) == [APPLIED] * len(outcomes)
+    for e in entries:
+        if not e.isDeleteMarker:
+            head = sa.head_object(Bucket="mixed", Key=e.key, VersionId=e.versionId)
+            assert head["ReplicationStatus"] == "COMPLETED", e.key
+    # Redelivered outcomes change nothing; a redelivered batch finds every site COMPLETED.
+    assert updater.apply_batch(outcomes) == [UNCHANGED] * len(outcomes)
+    assert processor.process_batch(entries) == []
+
+
+def test_outcomes_for_one_version_apply_in_order_despite_stale_source(
+    sites: tuple[Service, Service],
+) -> None:
+    a, b = sites
+    make_buckets(a, b, "stale")
+    sa = s3_client(a.url)
+    sa.put_object(Bucket="stale", Key="k", Body=b"one")
+    entries = entries_of(sa, "stale")
+    rs = settings(a, b)
+    outcome = ReplicationProcessor(rs, "b").process_batch(entries)[0]
+    updater = StatusUpdater(rs)
+    # The same outcome three times in one batch, all carrying the same (soon stale) revision.
+    assert updater.apply_batch([outcome, outcome, outcome]) == [APPLIED, UNCHANGED, UNCHANGED]
+    head = sa.head_object(Bucket="stale", Key="k", VersionId=outcome.versionId)
+    assert head["ReplicationStatus"] == "COMPLETED"
+
+
+def test_a_missing_destination_bucket_fails_each_version_once(sites: tuple[Service, Service]) -> None:
+    a, b = sites
+    make_buckets(a, b, "nobucket", at_b=False)
+    sa = s3_client(a.url)
+    for i in range(3):
+        sa.put_object(Bucket="nobucket", Key=f"k{i}", Body=b"x" * i)
+    outcomes = ReplicationProcessor(settings(a, b), "b").process_batch(entries_of(sa, "nobucket"))
+    assert [(o.status, o.attempts) for o in outcomes] == [("FAILED", 1)] * 3
+    assert all("NoSuchBucket" in (o.error or "") for o in outcomes)
+
+
+def _post(url: str, route: str, doc: Any) -> Any:
+    body = doc if isinstance(doc, bytes) else orjson.dumps(doc)
+    return signed("POST", f"{url}/_/crossbeat/{route}", body, {"content-type": "application/json"})
+
+
+def _replica_item(bucket: str, key: str, vid: str, data: bytes, **meta: Any) -> dict[str, Any]:
+    md = {"bucket": bucket, "key": key, "versionId": vid, "sortKey": vid, "size": len(data),
+          "etag": hashlib.md5(data).hexdigest(), "isDeleteMarker": False,
+          "lastModified": "2026-11-22T00:00:00.000Z", "replicationInfo": {"status": "REPLICA"},
+          **meta}
+    return {"metadata": md, "data": base64.b64encode(data).decode()}
+
+
+def test_batch_routes_answer_bad_items_one_by_one_and_change_nothing_for_them(
+    sites: tuple[Service, Service],
+) -> None:
+    a, b = sites
+    make_buckets(a, b, "routes")
+    sb = s3_client(b.url)
+    good = _replica_item("routes", "good", "00000000000000000001vg", b"fine")
+    bad_etag = _replica_item("routes", "bad-etag", "00000000000000000002vg", b"data", etag="0" * 32)
+    short = _replica_item("routes", "short", "00000000000000000003vg", b"data", size=99)
+    no_sort = _replica_item("routes", "nosort", "00000000000000000004vg", b"data", sortKey="")
+    bad_b64 = dict(_replica_item("routes", "b64", "00000000000000000005vg", b"data"), data="!!")
+    other = _replica_item("missing-bucket", "k", "00000000000000000006vg", b"data")
+    resp = _post(b.url, "batchReplica", {"replicas": [good, bad_etag, short, no_sort, bad_b64, other]})
+    assert resp.status_code == 200, resp.text
+    results = resp.json()["results"]
+    assert results[0] == {"versionId": "00000000000000000001vg"}
+    assert [r.get("error") for r in results[1:]] == [
+        "BadDigest", "IncompleteBody", "InvalidArgument", "InvalidArgument", "NoSuchBucket"]
+    assert [k for k, *_ in versions(sb, "routes")] == ["good"]
+    assert sb.get_object(Bucket="routes", Key="good")["Body"].read() == b"fine"
+
+    # Malformed documents are refused as a whole.
+    docs: list[Any] = [b"{not json", {"replicas": "nope"}, {"other": []}, {"replicas": [1, 2]}]
+    for doc in docs:
+        assert _post(b.url, "batchReplica", doc).status_code == 400
+    assert _post(b.url, "batchRead", {"versions": [{"bucket": "routes"}]}).status_code == 400
+    assert _post(b.url, "batchUpdate", {"updates": [{"metadata": {}, "expectedRevision": "1"}]}).status_code == 400
+    assert [k for k, *_ in versions(sb, "routes")] == ["good"]
+
+    # batchRead: metadata, inlined bytes, null for a missing version.
+    refs = [{"bucket": "routes", "key": "good", "versionId": "00000000000000000001vg"},
+            {"bucket": "routes", "key": "good", "versionId": "nope"}]
+    read = _post(b.url, "batchRead?inlineBelow=1024", {"versions": refs}).json()["versions"]
+    assert base64.b64decode(read[0]["data"]) == b"fine" and read[0]["metadata"]["revision"] == 1
+    assert read[1] == {"metadata": None}
+
+    # batchUpdate: one applied, one stale revision (current returned), one missing version.
+    md = read[0]["metadata"]
+    updates = [{"metadata": {**md, "contentType": "text/x-new"}, "expectedRevision": 1},
+               {"metadata": md, "expectedRevision": 1},
+               {"metadata": {**md, "versionId": "nope"}, "expectedRevision": 1}]
+    results = _post(b.url, "batchUpdate", {"updates": updates}).json()["results"]
+    assert results[0]["metadata"]["revision"] == 2
+    assert results[1]["error"] == "RevisionMismatch" and results[1]["current"]["revision"] == 2
+    assert results[2] == {"error": "NoSuchVersion"}
+    assert sb.head_object(Bucket="routes", Key="good")["ContentType"] == "text/x-new"
+
+
+def test_batch_routes_need_admin_credentials(sites: tuple[Service, Service]) -> None:
+    from tests.support.gateway import USER_AK, USER_SK
+
+    _, b = sites
+    resp = signed("POST", f"{b.url}/_/crossbeat/batchRead", orjson.dumps({"versions": []}),
+                  {"content-type": "application/json"}, ak=USER_AK, sk=USER_SK)
+    assert resp.status_code == 403
