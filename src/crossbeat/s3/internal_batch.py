@@ -29,6 +29,8 @@ import asyncio
 import base64
 import binascii
 import hashlib
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -44,6 +46,7 @@ if TYPE_CHECKING:
     from crossbeat.s3.gateway import Gateway
 
 MAX_ITEMS = 1000
+BATCH_WRITERS = 128
 INLINE_TOTAL = 16 * 1024 * 1024
 MAX_BATCH_DOCUMENT = 64 * 1024 * 1024
 
@@ -183,7 +186,23 @@ def _replica(item: dict[str, Any]) -> tuple[dict[str, Any], bytes]:
 async def _store(gw: Gateway, repo: Any, data: bytes) -> Location | None:
     if not data:
         return None
-    return await gw.run(_write_whole, repo, data)
+    loop = asyncio.get_running_loop()
+    return await loop.run_in_executor(_writers(), _write_whole, repo, data)
+
+
+_WRITERS: ThreadPoolExecutor | None = None
+_WRITERS_LOCK = threading.Lock()
+
+
+def _writers() -> ThreadPoolExecutor:
+    """Threads for a batch's data writes. Each small write ends waiting for a shared group
+    sync; with as many writers in flight as a batch has versions, a few syncs cover the
+    whole batch, where the gateway's own pool (sized for requests) would need dozens."""
+    global _WRITERS
+    with _WRITERS_LOCK:
+        if _WRITERS is None:
+            _WRITERS = ThreadPoolExecutor(BATCH_WRITERS, thread_name_prefix="batch-write")
+        return _WRITERS
 
 
 def unreferenced(displaced: list[dict[str, Any]], meta: dict[str, Any]) -> list[dict[str, Any]]:
