@@ -52,6 +52,13 @@ class ObjectWriter(abc.ABC):
     def abort(self) -> None:
         """Remove everything written so far. Idempotent; a no-op after `commit`."""
 
+    def stage(self) -> bool:
+        """Optionally write everything accepted so far without making it durable, so that
+        `commit` has only the durability wait left; False (nothing done) if this writer
+        cannot. A staged object is not committed: nothing may refer to it before `commit`
+        returns (a crash can leave it torn, and cleanup removes it); `abort` removes it."""
+        return False
+
     @property
     @abc.abstractmethod
     def bytes_written(self) -> int:
@@ -139,6 +146,13 @@ class Repository(abc.ABC):
         with self.writer() as w:
             w.write(data)
             return w.commit()
+
+    def stage_bytes(self, data: bytes) -> ObjectWriter | None:
+        """A writer holding `data` already staged (see `ObjectWriter.stage`): its `commit`
+        only waits for durability. None when this repository cannot stage `data`; then
+        nothing was written. Fast enough to call from an event loop (local file writes of
+        a small object at most)."""
+        return None
 
     def close(self) -> None:  # noqa: B027 - optional hook, most repositories hold nothing
         """Release clients and file handles; the default holds none."""

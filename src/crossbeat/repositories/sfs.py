@@ -226,6 +226,16 @@ class SfsRepository(Repository):
             shutil.rmtree(self.object_dir(data_key), ignore_errors=True)
         return SfsWriter(self, data_key, locked)
 
+    def stage_bytes(self, data: bytes) -> SfsWriter | None:
+        """A new object of at most one chunk, written unsynced; its `commit` joins the next
+        shared syncfs. None without a sync group (each object then fsyncs its files)."""
+        if self._sync_group is None or len(data) >= self.chunk_size:
+            return None
+        writer = SfsWriter(self, new_object_id(), False)
+        writer.write(data)
+        writer.stage()
+        return writer
+
     def read(self, data_key: str, start: int = 0, end: int | None = None) -> Iterator[bytes]:
         manifest = self._visible_manifest(data_key)
         if end is None or end > manifest.size:
@@ -416,6 +426,7 @@ class SfsWriter(ObjectWriter):
         self._size = 0
         self._groups: list[int] = []  # chunk directories created, in order
         self._state = "open"
+        self._ticket: int | None = None  # the sync round that covers the staged files
 
     @property
     def bytes_written(self) -> int:
@@ -463,7 +474,7 @@ class SfsWriter(ObjectWriter):
         self._digests.append(self.repo.digest(data))
 
     def commit(self) -> Location:
-        if self._state != "open":
+        if self._state not in ("open", "staged"):
             raise RepositoryError(f"writer for {self.data_key!r} is {self._state}")
         try:
             self._commit()
@@ -478,7 +489,9 @@ class SfsWriter(ObjectWriter):
 
     def _commit(self) -> None:
         repo, key = self.repo, self.data_key
-        if repo._sync_group is not None and not self._digests and len(self._buffer) < self._chunk_size:
+        if self._state == "staged" or (
+            repo._sync_group is not None and not self._digests and len(self._buffer) < self._chunk_size
+        ):
             self._commit_small()
             return
         obj_dir = repo.object_dir(key)
@@ -508,15 +521,41 @@ class SfsWriter(ObjectWriter):
         _fsync_dir(obj_dir)
         repo._sync_fanout(key)
 
+    def stage(self) -> bool:
+        if self._state == "staged":
+            return True
+        if self._state != "open":
+            raise RepositoryError(f"writer for {self.data_key!r} is {self._state}")
+        if self.repo._sync_group is None or self._digests or len(self._buffer) >= self._chunk_size:
+            return False
+        try:
+            self._write_small()
+        except OSError as exc:
+            self.abort()
+            raise RepositoryError(
+                f"writing {self.data_key!r} to {self.repo.name!r}: {exc}"
+            ) from exc
+        self._ticket = self.repo._sync_group.ticket()
+        self._state = "staged"
+        return True
+
     def _commit_small(self) -> None:
-        """At most one chunk: write the chunk and the manifest unsynced, then one shared
-        syncfs makes both (and their directories) durable before we return.
+        """At most one chunk: write the chunk and the manifest unsynced (unless `stage`
+        did), then one shared syncfs makes both (and their directories) durable before we
+        return.
 
         The manifest is written in place rather than renamed: until `sync()` returns the
         object is not committed, and nothing refers to an uncommitted object (the gateway
         commits metadata only after this), so a crash can leave at worst an unreferenced
         object with a torn manifest, which `cleanup` removes.
         """
+        if self._state != "staged":
+            self._write_small()
+        assert self.repo._sync_group is not None
+        self.repo._sync_group.sync(self._ticket)
+
+    def _write_small(self) -> None:
+        """The files of an object of at most one chunk, written but not synced."""
         repo, key = self.repo, self.data_key
         obj_dir = repo.object_dir(key)
         if self._buffer:
@@ -539,11 +578,9 @@ class SfsWriter(ObjectWriter):
             locked=self._locked,
         )
         _write_file(f"{obj_dir}/{MANIFEST}", manifest.to_bytes(), sync=False)
-        assert repo._sync_group is not None
-        repo._sync_group.sync()
 
     def abort(self) -> None:
-        if self._state != "open":
+        if self._state not in ("open", "staged"):
             return
         self._state = "aborted"
         self._buffer = bytearray()

@@ -38,10 +38,18 @@ class SyncGroup:
         self._running = False
         self.rounds = 0
 
-    def sync(self) -> None:
-        """Return once everything this thread wrote before the call is durable."""
+    def ticket(self) -> int:
+        """The round that will cover everything written before this call: pass it to
+        `sync` later (from any thread) to wait for exactly that much."""
         with self._cond:
-            target = self._started + 1  # the next sync to start covers our writes
+            return self._started + 1  # the round running now may have begun before our writes
+
+    def sync(self, ticket: int | None = None) -> None:
+        """Return once everything written before the call (or before `ticket()` returned
+        `ticket`) is durable. A caller whose ticket a finished round already covers returns
+        at once: one syncfs settles a whole batch of objects staged before it began."""
+        with self._cond:
+            target = self._started + 1 if ticket is None else ticket
             while self._done < target:
                 if self._running:
                     self._cond.wait()

@@ -13,13 +13,14 @@ import asyncio
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
-from crossbeat.repositories import Location, Repository
+from crossbeat.repositories import Location, ObjectWriter, Repository
 from crossbeat.s3.auth import AuthContext
 from crossbeat.s3.body import BodyDecoder, Checksums
 from crossbeat.s3.errors import S3Error
 from crossbeat.s3.http import Request
+from crossbeat.s3.put_batcher import BuildMeta
 
 if TYPE_CHECKING:
     from crossbeat.s3.gateway import Gateway
@@ -44,19 +45,33 @@ class Written:
         return self.checksums.md5_hex
 
 
+@dataclass
+class GroupCommit:
+    """How a small PUT's version is built when it commits with others (see put_batcher):
+    `build(written, bucket)` makes the version from the bucket as it is at commit time."""
+
+    bucket: str
+    build: BuildMeta
+
+
 async def write_body(
     gw: Gateway,
     req: Request,
     ctx: AuthContext,
     repo: Repository,
     then: Callable[[Written], T] | None = None,
+    group: GroupCommit | None = None,
 ) -> tuple[Written, T | None]:
     """Decode, verify and store the request body in `repo`; abort on any failure.
 
     `then(written)` (blocking; typically the metadata commit) runs on a worker thread right
-    after the data is durable; if it raises, the data is deleted. Small bodies are decoded,
-    verified, written and committed in ONE worker call: hashing and file I/O stay off the
-    event loop, and the request costs a single thread hand-off.
+    after the data is durable; if it raises, the data is deleted.
+
+    Bodies up to `inline_object_bytes` that the repository can stage are verified and
+    written on the event loop; with `group` (which replaces `then`; the result is then the
+    version it built) they commit in a batch with other PUTs (one sync, one metadata
+    transaction), else one worker call waits for durability and runs `then`. Other small
+    bodies are decoded, verified, written and committed in ONE worker call.
     """
     decoder = BodyDecoder(ctx, req.headers)
     length = decoder.decoded_length
@@ -71,7 +86,21 @@ async def write_body(
             if total > raw_limit:
                 raise S3Error("IncompleteBody", "The body is longer than its declared length.")
             raw_parts.append(raw)
-        return await gw.run(_store_small, decoder, b"".join(raw_parts), repo, then)
+        raw_body = b"".join(raw_parts)
+        if length <= gw.settings.inline_object_bytes:
+            # Hash, verify and write the files right here: a few microseconds of hashing and
+            # five file creations cost less than waking a worker thread to do them, and the
+            # worker threads left with only the durability wait barely contend for the GIL.
+            data = decoder.feed(raw_body)
+            checksums = decoder.finish()
+            staged = repo.stage_bytes(data)
+            if staged is not None and group is not None:
+                written, meta = await gw.put_batcher.put(staged, checksums, group.bucket, group.build)
+                return written, cast(T, meta)
+            if staged is not None:
+                return await gw.run(_commit_staged, staged, checksums, repo, then)
+            return await gw.run(_store_verified, data, checksums, repo, then)
+        return await gw.run(_store_small, decoder, raw_body, repo, then)
 
     writer = await gw.run(repo.writer)
     try:
@@ -109,6 +138,30 @@ def _store_small(
     data = decoder.feed(raw)
     checksums = decoder.finish()
     written = Written(_write_whole(repo, data), checksums)
+    if then is None:
+        return written, None
+    return written, _then(repo, written, then)
+
+
+def _store_verified(
+    data: bytes, checksums: Checksums, repo: Repository, then: Callable[[Written], T] | None
+) -> tuple[Written, T | None]:
+    written = Written(_write_whole(repo, data), checksums)
+    if then is None:
+        return written, None
+    return written, _then(repo, written, then)
+
+
+def _commit_staged(
+    staged: ObjectWriter, checksums: Checksums, repo: Repository, then: Callable[[Written], T] | None
+) -> tuple[Written, T | None]:
+    """The durability wait of a staged object, then `then` (worker thread)."""
+    try:
+        location = staged.commit()
+    except BaseException:
+        staged.abort()
+        raise
+    written = Written(location, checksums)
     if then is None:
         return written, None
     return written, _then(repo, written, then)

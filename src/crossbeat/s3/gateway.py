@@ -21,6 +21,7 @@ from crossbeat.s3 import router
 from crossbeat.s3.auth import Principal, authenticate
 from crossbeat.s3.errors import S3Error
 from crossbeat.s3.http import Receive, Request, Response, Scope, Send
+from crossbeat.s3.put_batcher import PutBatcher
 from crossbeat.s3.settings import GatewaySettings
 from crossbeat.s3.xmldoc import error_xml
 
@@ -47,6 +48,8 @@ class Gateway:
         # that waiting consumers never starve S3 requests of worker threads.
         self.poll_executor = ThreadPoolExecutor(64, thread_name_prefix="s3-poll")
         self.closing = False
+        # small PUTs' group commit (threads start on first use, in the serving process)
+        self.put_batcher = PutBatcher(self)
         # Buckets by name, for what never changes in a bucket's life: its owner and location.
         # Other gateway processes may change versioning or configurations at any time, so
         # handlers that depend on those ask for `fresh=True` or re-read inside the commit.
@@ -82,6 +85,7 @@ class Gateway:
 
     def close(self) -> None:
         self.closing = True  # long-polls notice within a second (see internal.wait_journal)
+        self.put_batcher.close()
         self.executor.shutdown(wait=True)
         self.poll_executor.shutdown(wait=True, cancel_futures=True)
         self.store.close()

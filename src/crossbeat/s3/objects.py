@@ -15,7 +15,14 @@ from crossbeat.repositories import Location, Repository
 from crossbeat.s3 import xmldoc
 from crossbeat.s3.auth import Principal
 from crossbeat.s3.buckets import acl_xml
-from crossbeat.s3.datapath import Written, open_read, read_document, read_range_sync, write_body
+from crossbeat.s3.datapath import (
+    GroupCommit,
+    Written,
+    open_read,
+    read_document,
+    read_range_sync,
+    write_body,
+)
 from crossbeat.s3.errors import S3Error
 from crossbeat.s3.http import Request, Response, xml_response
 from crossbeat.s3.objectmeta import (
@@ -130,11 +137,10 @@ async def put_object(gw: Gateway, req: Request, p: Principal, ctx: Any) -> Respo
     sys_headers = system_headers(req.headers)
     precondition = write_precondition(req.headers)
 
-    def commit(written: Written) -> dict[str, Any]:
-        # Runs on a worker thread, right after the data is durable. The bucket is read again
-        # here: versioning and replication may have changed (in any gateway process) since
-        # the request began, and the version must follow the state it commits under.
-        current = gw.store.get_bucket(bucket.name)
+    def build(written: Written, current: Bucket | None) -> dict[str, Any]:
+        # Runs on a worker thread, once the data is durable, with the bucket read again:
+        # versioning and replication may have changed (in any gateway process) since the
+        # request began, and the version must follow the state it commits under.
         if current is None or current.owner != bucket.owner:
             raise S3Error("NoSuchBucket", resource=f"/{bucket.name}", extra={"BucketName": bucket.name})
         meta = new_meta(
@@ -145,11 +151,18 @@ async def put_object(gw: Gateway, req: Request, p: Principal, ctx: Any) -> Respo
         cs = written.checksums
         if cs.algorithm and cs.value_b64:
             meta["checksum"] = {"algorithm": cs.algorithm, "value": cs.value_b64, "type": "FULL_OBJECT"}
+        return meta
+
+    def commit(written: Written) -> dict[str, Any]:
+        meta = build(written, gw.store.get_bucket(bucket.name))
         displaced = gw.store.put_version(meta, precondition=precondition)
         gw.free_now(displaced)
         return meta
 
-    written, meta = await write_body(gw, req, ctx, gw.location_for(bucket), then=commit)
+    # Without a precondition (checked inside the store's transaction) a small PUT commits
+    # in a batch with others.
+    group = GroupCommit(bucket.name, build) if precondition is None else None
+    written, meta = await write_body(gw, req, ctx, gw.location_for(bucket), then=commit, group=group)
     assert meta is not None
     headers = _write_headers(bucket, meta)
     headers.update(written.checksums.headers())

@@ -43,6 +43,9 @@ class GatewaySettings(BaseSettings):
     tls_key: Path | None = None
     # a PUT body up to this size is read whole, then written in one worker-thread call
     small_object_bytes: int = 1024 * 1024
+    # a PUT body up to this size is hashed and its files written on the event loop (only
+    # the durability wait and the metadata commit go to a worker thread)
+    inline_object_bytes: int = 64 * 1024
     max_object_bytes: int = 5 * 1024**4
     min_part_bytes: int = 5 * 1024 * 1024
     worker_threads: int = 16

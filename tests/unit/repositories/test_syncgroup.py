@@ -43,3 +43,32 @@ def test_small_objects_commit_through_the_group(tmp_path: Path) -> None:
         big = w.commit()
     assert b"".join(repo.read(big.dataKey)) == b"y" * 3000
     assert repo._sync_group.rounds == 1
+
+
+def test_one_round_covers_every_ticket_taken_before_it(tmp_path: Path) -> None:
+    group = syncgroup.SyncGroup(tmp_path)
+    tickets = []
+    for i in range(5):
+        (tmp_path / f"f{i}").write_bytes(b"x")
+        tickets.append(group.ticket())
+    for ticket in tickets:  # the first call runs the round; the others find it done
+        group.sync(ticket)
+    assert group.rounds == 1
+    (tmp_path / "late").write_bytes(b"y")
+    group.sync(group.ticket())  # written after that round: needs a new one
+    assert group.rounds == 2
+    group.close()
+
+
+def test_staged_objects_share_one_round_and_abort_removes_them(tmp_path: Path) -> None:
+    repo = SfsRepository("r", tmp_path / "sfs", chunk_size=1024)
+    assert repo.stage_bytes(b"z" * 1024) is None  # a whole chunk: not stageable
+    staged = [repo.stage_bytes(f"obj{i}".encode()) for i in range(3)]
+    assert all(w is not None for w in staged)
+    locations = [w.commit() for w in staged if w is not None]
+    assert repo._sync_group is not None and repo._sync_group.rounds == 1
+    assert [repo.read_bytes(loc.dataKey) for loc in locations] == [b"obj0", b"obj1", b"obj2"]
+    dropped = repo.stage_bytes(b"dropped")
+    assert dropped is not None
+    dropped.abort()
+    assert sorted(repo.keys()) == sorted(loc.dataKey for loc in locations)
