@@ -25,18 +25,15 @@ nothing, the others go ahead (a malformed request as a whole is a 400 and change
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import binascii
 import hashlib
-import threading
-from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from crossbeat.metadata.errors import MetadataError, NoSuchBucket, NoSuchVersion, RevisionMismatch
-from crossbeat.repositories import Location
+from crossbeat.repositories import Location, ObjectWriter
 from crossbeat.s3.auth import AuthContext
 from crossbeat.s3.datapath import _write_whole, read_document, read_range_sync
 from crossbeat.s3.errors import S3Error
@@ -46,7 +43,6 @@ if TYPE_CHECKING:
     from crossbeat.s3.gateway import Gateway
 
 MAX_ITEMS = 1000
-BATCH_WRITERS = 128
 INLINE_TOTAL = 16 * 1024 * 1024
 MAX_BATCH_DOCUMENT = 64 * 1024 * 1024
 
@@ -132,10 +128,8 @@ async def batch_replica(gw: Gateway, req: Request, ctx: AuthContext) -> Response
             continue
         valid.append((i, meta, data, gw.location_for(buckets[name])))
 
-    # Data first, concurrently so the repository's group sync is shared; then the metadata.
-    written = await asyncio.gather(
-        *(_store(gw, repo, data) for _, _, data, repo in valid), return_exceptions=True
-    )
+    # Data first (durable as a group), then the metadata of the whole batch.
+    written = await gw.run(_store_all, [(repo, data) for _, _, data, repo in valid])
     ready: list[tuple[int, dict[str, Any]]] = []
     for (i, meta, _, _), w in zip(valid, written, strict=True):
         if isinstance(w, BaseException):
@@ -183,26 +177,28 @@ def _replica(item: dict[str, Any]) -> tuple[dict[str, Any], bytes]:
     return meta, data
 
 
-async def _store(gw: Gateway, repo: Any, data: bytes) -> Location | None:
-    if not data:
-        return None
-    loop = asyncio.get_running_loop()
-    return await loop.run_in_executor(_writers(), _write_whole, repo, data)
-
-
-_WRITERS: ThreadPoolExecutor | None = None
-_WRITERS_LOCK = threading.Lock()
-
-
-def _writers() -> ThreadPoolExecutor:
-    """Threads for a batch's data writes. Each small write ends waiting for a shared group
-    sync; with as many writers in flight as a batch has versions, a few syncs cover the
-    whole batch, where the gateway's own pool (sized for requests) would need dozens."""
-    global _WRITERS
-    with _WRITERS_LOCK:
-        if _WRITERS is None:
-            _WRITERS = ThreadPoolExecutor(BATCH_WRITERS, thread_name_prefix="batch-write")
-        return _WRITERS
+def _store_all(items: list[tuple[Any, bytes]]) -> list[Location | None | BaseException]:
+    """Write each (repository, bytes), then make them durable: objects the repository can
+    stage are all written first, so the first commit's group sync covers every one of
+    them and the other commits return at once; the rest are written one by one."""
+    staged: list[ObjectWriter | None | BaseException] = []
+    for repo, data in items:
+        try:
+            staged.append(repo.stage_bytes(data) if data else None)
+        except Exception as exc:  # noqa: BLE001 - per item
+            staged.append(exc)
+    out: list[Location | None | BaseException] = []
+    for (repo, data), writer in zip(items, staged, strict=True):
+        try:
+            if isinstance(writer, BaseException):
+                out.append(writer)
+            elif writer is not None:
+                out.append(writer.commit())
+            else:
+                out.append(_write_whole(repo, data) if data else None)
+        except Exception as exc:  # noqa: BLE001 - per item
+            out.append(exc)
+    return out
 
 
 def unreferenced(displaced: list[dict[str, Any]], meta: dict[str, Any]) -> list[dict[str, Any]]:

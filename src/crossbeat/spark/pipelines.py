@@ -170,6 +170,7 @@ def run_pipelines(
     the retry bounds); restarting it replays that batch from the checkpoint, which the
     idempotent processors allow. Queries are stopped gracefully when `stop` is set.
     """
+    warm_workers(spark)
     queries = start_pipelines(spark, names, ps, rs)
     if on_ready is not None:
         on_ready([q.name for q in queries])
@@ -188,6 +189,25 @@ def run_pipelines(
         for q in queries:
             if q.isActive:
                 q.stop()
+
+
+def _warm(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    # Importing what the batches will need is most of a new Python worker's start-up.
+    import crossbeat.extensions.replication.processor  # noqa: F401
+    import crossbeat.extensions.replication.status_updater  # noqa: F401
+    import crossbeat.spark.kafka_client  # noqa: F401
+
+    yield from batches
+
+
+def warm_workers(spark: Any) -> None:
+    """Start and warm the Python workers the queries' first batches would otherwise wait
+    for (3-10 s each on a loaded machine): a job with two Python stages per task, as a
+    micro-batch has (the source's read and the mapInArrow), on every core. Reused workers
+    then serve the streaming tasks."""
+    n = max(2, int(spark.sparkContext.defaultParallelism))
+    df = spark.range(0, 2 * n, numPartitions=2 * n)
+    df.mapInArrow(_warm, df.schema).mapInArrow(_warm, df.schema).collect()
 
 
 def _report(query: Any, reported: dict[str, int]) -> None:
