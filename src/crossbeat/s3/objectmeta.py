@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from email.utils import format_datetime, parsedate_to_datetime
+from email.utils import parsedate_to_datetime
 from typing import Any
 from urllib.parse import parse_qsl
 
@@ -22,17 +22,34 @@ SYSTEM_HEADERS = (
 MAX_USER_METADATA = 2048
 
 
+_DAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
+_MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
+
+
 def iso_now() -> str:
-    now = datetime.now(UTC)
-    return now.strftime("%Y-%m-%dT%H:%M:%S.") + f"{now.microsecond // 1000:03d}Z"
+    """Now as `YYYY-MM-DDTHH:MM:SS.mmmZ` (UTC, milliseconds): the lastModified format."""
+    n = datetime.now(UTC)
+    return (
+        f"{n.year:04d}-{n.month:02d}-{n.day:02d}T{n.hour:02d}:{n.minute:02d}:{n.second:02d}."
+        f"{n.microsecond // 1000:03d}Z"
+    )
 
 
 def parse_iso(value: str) -> datetime:
-    return datetime.strptime(value, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
+    """A lastModified value (`YYYY-MM-DDTHH:MM:SS.fffZ`, 1 to 6 fraction digits) as UTC."""
+    if len(value) < 22 or value[-1] != "Z" or value[19] != "." or value[10] != "T":
+        raise ValueError(f"not a lastModified timestamp: {value!r}")
+    # fromisoformat is C and strict about the fields; the checks above keep the format ours
+    return datetime.fromisoformat(value[:-1]).replace(tzinfo=UTC)
 
 
 def http_date(iso: str) -> str:
-    return format_datetime(parse_iso(iso).replace(microsecond=0), usegmt=True)
+    """A lastModified value as an HTTP date (RFC 7231 IMF-fixdate, whole seconds)."""
+    d = parse_iso(iso)
+    return (
+        f"{_DAYS[d.weekday()]}, {d.day:02d} {_MONTHS[d.month - 1]} {d.year:04d} "
+        f"{d.hour:02d}:{d.minute:02d}:{d.second:02d} GMT"
+    )
 
 
 def parse_http_date(value: str) -> datetime | None:
@@ -155,11 +172,13 @@ def _unsatisfiable(size: int) -> tuple[int, int]:
 def check_conditionals(meta: dict[str, Any], headers: dict[str, str], prefix: str = "if-") -> None:
     """GET/HEAD (and copy-source) preconditions, in the order RFC 7232 and S3 apply them."""
     etag = meta["etag"]
-    modified = parse_iso(meta["lastModified"]).replace(microsecond=0)
     if_match = headers.get(prefix + "match")
     if_none_match = headers.get(prefix + "none-match")
     if_modified = headers.get(prefix + "modified-since")
     if_unmodified = headers.get(prefix + "unmodified-since")
+    if if_match is None and if_none_match is None and not if_modified and not if_unmodified:
+        return
+    modified = parse_iso(meta["lastModified"]).replace(microsecond=0)
     failed = "PreconditionFailed"
     not_modified = "NotModified" if prefix == "if-" else "PreconditionFailed"
     if if_match is not None:

@@ -64,9 +64,12 @@ class PutBatcher:
 
     def __init__(self, gw: Gateway) -> None:
         self._gw = gw
-        self._sync_queue: queue.SimpleQueue[_Put | None] = queue.SimpleQueue()
+        self._sync_queue: queue.SimpleQueue[list[_Put] | None] = queue.SimpleQueue()
         self._meta_queue: queue.SimpleQueue[list[_Put] | None] = queue.SimpleQueue()
         self._loop: asyncio.AbstractEventLoop | None = None
+        # Puts staged during one loop iteration, handed to the sync thread together: one
+        # wake-up of that thread per iteration rather than one per request.
+        self._staged: list[_Put] = []
         self._threads: list[threading.Thread] = []
         self._lock = threading.Lock()
         self._closed = False
@@ -87,8 +90,14 @@ class PutBatcher:
                 raise S3Error("ServiceUnavailable", "The gateway is shutting down.", status=503)
             if not self._threads:
                 self._start(loop)
-            self._sync_queue.put(_Put(staged, checksums, bucket, build, future))
+        if not self._staged:
+            loop.call_soon(self._hand_over)
+        self._staged.append(_Put(staged, checksums, bucket, build, future))
         return await future
+
+    def _hand_over(self) -> None:
+        staged, self._staged = self._staged, []
+        self._sync_queue.put(staged)
 
     def close(self) -> None:
         """Finish what is queued, then stop the threads."""
@@ -96,6 +105,9 @@ class PutBatcher:
             self._closed = True
             threads, self._threads = self._threads, []
         if threads:
+            leftover, self._staged = self._staged, []  # the loop has stopped: no race
+            if leftover:
+                self._sync_queue.put(leftover)
             self._sync_queue.put(None)
             for thread in threads:
                 thread.join()
@@ -116,10 +128,9 @@ class PutBatcher:
 
         stopping = False
         while not stopping:
-            first = self._sync_queue.get()
-            if first is None:
+            batch = self._sync_queue.get()
+            if batch is None:
                 break
-            batch = [first]
             while True:
                 try:
                     more = self._sync_queue.get_nowait()
@@ -128,7 +139,7 @@ class PutBatcher:
                 if more is None:
                     stopping = True
                     break
-                batch.append(more)
+                batch.extend(more)
             for put in batch:
                 try:
                     # the first commit runs the sync round; the others' tickets it covers
