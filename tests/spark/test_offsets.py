@@ -28,3 +28,14 @@ def test_ranges_cover_only_partitions_with_records() -> None:
         ("t", 1, 4, 6),
         ("t", 10, 0, 2),
     ]
+
+
+def test_pack_groups_whole_partition_ranges_into_tasks() -> None:
+    from crossbeat.spark.source import pack
+
+    rs = [("t", 0, 0, 5), ("t", 1, 10, 20), ("u", 0, 0, 3)]
+    assert [t.ranges for t in pack(rs, 100)] == [rs]  # a small batch is one task
+    assert [t.ranges for t in pack(rs, 10)] == [[rs[0]], [rs[1]], [rs[2]]]
+    assert [t.ranges for t in pack(rs, 15)] == [[rs[0], rs[1]], [rs[2]]]
+    assert [t.rows for t in pack(rs, 1)] == [5, 10, 3]  # a range is never split
+    assert pack([], 10) == []

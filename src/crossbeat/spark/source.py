@@ -7,6 +7,9 @@ librdkafka (confluent-kafka). Options:
   only when the query has no checkpoint yet;
 - `maxOffsetsPerTrigger`: at most this many records per micro-batch, shared between
   partitions in proportion to their backlog;
+- `rowsPerTask` (default 20000): a micro-batch's partition ranges are packed into Spark
+  tasks of about this many records (a partition's range is never split), so a small
+  batch is one task;
 - `kafka.group.id`: processed offsets are committed to this consumer group after each
   batch (lag visible with kafka-consumer-groups, kcat, …); the Spark checkpoint stays the
   source of truth, so the group trails by up to one batch;
@@ -42,17 +45,39 @@ from crossbeat.spark.offsets import (
 
 log = logging.getLogger(__name__)
 PAUSE_REFRESH_S = 1.0
+DEFAULT_ROWS_PER_TASK = 20_000
 
 
 class KafkaRange(InputPartition):
-    """One partition's offsets [begin, until) for one micro-batch."""
+    """Offset ranges [begin, until) of one or more topic partitions, read in turn by one
+    Spark task in one micro-batch."""
 
-    def __init__(self, topic: str, partition: int, begin: int, until: int) -> None:
-        super().__init__((topic, partition, begin, until))
-        self.topic = topic
-        self.partition = partition
-        self.begin = begin
-        self.until = until
+    def __init__(self, ranges: list[tuple[str, int, int, int]]) -> None:
+        super().__init__(tuple(ranges))
+        self.ranges = list(ranges)
+
+    @property
+    def rows(self) -> int:
+        return sum(until - begin for _, _, begin, until in self.ranges)
+
+
+def pack(ranges: list[tuple[str, int, int, int]], rows_per_task: int) -> list[KafkaRange]:
+    """Group per-partition ranges into tasks of about `rows_per_task` records (a partition's
+    range is never split): a small micro-batch is one task, not one per partition. Each
+    task has a fixed cost (Python workers, scheduling, a task slot held while it runs), which
+    dominates the small batches a low-latency pipeline runs."""
+    tasks: list[KafkaRange] = []
+    current: list[tuple[str, int, int, int]] = []
+    rows = 0
+    for r in ranges:
+        if current and rows + (r[3] - r[2]) > rows_per_task:
+            tasks.append(KafkaRange(current))
+            current, rows = [], 0
+        current.append(r)
+        rows += r[3] - r[2]
+    if current:
+        tasks.append(KafkaRange(current))
+    return tasks
 
 
 class CrossbeatKafkaDataSource(DataSource):
@@ -86,6 +111,12 @@ class KafkaStreamReader(DataSourceStreamReader):
         self.max_rows = int(max_rows) if max_rows else None
         if self.max_rows is not None and self.max_rows < 1:
             raise ValueError("maxOffsetsPerTrigger must be positive")
+        try:
+            self.rows_per_task = int(opts.get("rowspertask", DEFAULT_ROWS_PER_TASK))
+        except ValueError as exc:
+            raise ValueError("rowsPerTask must be an integer") from exc
+        if self.rows_per_task < 1:
+            raise ValueError("rowsPerTask must be positive")
         self.group = opts.get("kafka.group.id") or None
         self.pause_topic = opts.get("pausetopic") or None
         self.pause_key = opts.get("pausekey") or ""
@@ -144,13 +175,12 @@ class KafkaStreamReader(DataSourceStreamReader):
         return limit_offsets(begin, high, max_rows)
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
-        return [KafkaRange(*r) for r in ranges(normalise(start), normalise(end))]
+        return pack(ranges(normalise(start), normalise(end)), self.rows_per_task)
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         assert isinstance(partition, KafkaRange)
-        return kafka_client.read_range(
-            self.brokers, partition.topic, partition.partition, partition.begin, partition.until
-        )
+        for topic, part, begin, until in partition.ranges:
+            yield from kafka_client.read_range(self.brokers, topic, part, begin, until)
 
     def commit(self, end: dict[str, Any]) -> None:
         if self.group is None:
