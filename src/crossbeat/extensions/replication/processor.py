@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from crossbeat.extensions.replication.destinations import (
@@ -32,7 +33,8 @@ from crossbeat.extensions.replication.settings import ReplicationSettings
 from crossbeat.extensions.replication.status import COMPLETED, FAILED, backend_status
 
 log = logging.getLogger(__name__)
-BATCH_VERSIONS = 500  # versions per batch read at the source
+BATCH_VERSIONS = 100  # versions per batch read at the source
+BATCHES_IN_FLIGHT = 4
 BATCH_BYTES = 8 * 1024 * 1024  # bytes per batch write at the destination
 
 
@@ -101,12 +103,16 @@ class ReplicationProcessor:
         todo = list(unique.values())
         if not isinstance(self.destination, CrossbeatDestination):
             return self._one_by_one(todo)
+        destination = self.destination
+        chunks = _chunks(todo, BATCH_VERSIONS)
         outcomes: list[ReplicationOutcome] = []
         rest: list[ReplicationEntry] = []
-        for start in range(0, len(todo), BATCH_VERSIONS):
-            done, left = self._batched(self.destination, todo[start:start + BATCH_VERSIONS])
-            outcomes += done
-            rest += left
+        # A few chunks in flight: one reads at the source while another writes at the
+        # destination, and a multi-process destination gateway writes several at once.
+        with ThreadPoolExecutor(max_workers=min(BATCHES_IN_FLIGHT, len(chunks) or 1)) as pool:
+            for done, left in pool.map(lambda c: self._batched(destination, c), chunks):
+                outcomes += done
+                rest += left
         return outcomes + self._one_by_one(rest)
 
     def _one_by_one(self, entries: Sequence[ReplicationEntry]) -> list[ReplicationOutcome]:
@@ -173,6 +179,20 @@ class ReplicationProcessor:
             ts=time.time(),
             source=md or None,
         )
+
+
+def _chunks(entries: list[ReplicationEntry], size: int) -> list[list[ReplicationEntry]]:
+    """Chunks of about `size` entries; all entries of one object stay in one chunk, in
+    order, so chunks processed concurrently never race on an object."""
+    by_object: dict[tuple[str, str], list[ReplicationEntry]] = {}
+    for e in entries:
+        by_object.setdefault((e.bucket, e.key), []).append(e)
+    chunks: list[list[ReplicationEntry]] = [[]]
+    for group in by_object.values():
+        if len(chunks[-1]) >= size:
+            chunks.append([])
+        chunks[-1] += group
+    return [c for c in chunks if c]
 
 
 def _by_bytes(
