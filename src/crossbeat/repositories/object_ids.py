@@ -9,8 +9,8 @@ the seed's reason for using the *last* three characters.
 
 from __future__ import annotations
 
+import random
 import re
-import secrets
 import time
 
 from crossbeat.repositories.errors import RepositoryError
@@ -24,15 +24,23 @@ ID_WIDTH = 19  # 36**19 > 2**98: 40 random bits plus microseconds until about th
 _VALID = re.compile(r"[0-9A-Za-z_-]{3,128}")
 
 
+# base-36 digit pairs: an id is written two digits per step
+_PAIRS = tuple(a + b for a in _ALPHABET for b in _ALPHABET)
+
+
 def new_object_id(now_ns: int | None = None) -> str:
-    """Return a fresh objectId (19 base-36 characters)."""
+    """Return a fresh objectId (19 base-36 characters).
+
+    The random bits only keep ids made in the same microsecond apart, so they come from
+    `random` (seeded from the OS per process, and again after a fork), not a syscall per id.
+    """
     micros = (time.time_ns() if now_ns is None else now_ns) // 1000
-    value = (micros << _RANDOM_BITS) | secrets.randbits(_RANDOM_BITS)
-    digits = []
+    value = (micros << _RANDOM_BITS) | random.getrandbits(_RANDOM_BITS)
+    pairs = []
     while value:
-        value, rem = divmod(value, 36)
-        digits.append(_ALPHABET[rem])
-    return "".join(reversed(digits)).rjust(ID_WIDTH, "0")
+        value, rem = divmod(value, 1296)
+        pairs.append(_PAIRS[rem])
+    return "".join(reversed(pairs)).lstrip("0").rjust(ID_WIDTH, "0")
 
 
 def object_id_time(data_key: str) -> float | None:

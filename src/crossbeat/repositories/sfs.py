@@ -65,6 +65,21 @@ def _write_file(path: str, data: bytes | bytearray | memoryview, sync: bool = Tr
         os.close(fd)
 
 
+def _read_file(path: str) -> bytes:
+    """The whole (small) file: raw syscalls, no buffered file object."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        parts = []
+        while True:
+            part = os.read(fd, 65536)
+            if not part:
+                break
+            parts.append(part)
+    finally:
+        os.close(fd)
+    return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
 def _read_exact_or_more(path: str, length: int) -> bytes:
     """Read up to `length + 1` bytes: enough to tell a too-long file from a right one."""
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
@@ -175,8 +190,7 @@ class SfsRepository(Repository):
         """The committed manifest (locked or not), None if there is none."""
         check_object_id(data_key)
         try:
-            with open(self.manifest_path(data_key), "rb") as fh:
-                raw = fh.read()
+            raw = _read_file(self.manifest_path(data_key))
         except (FileNotFoundError, NotADirectoryError):
             return None
         except OSError as exc:
@@ -378,8 +392,9 @@ class SfsRepository(Repository):
         obj_dir = self.object_dir(data_key)
         try:
             os.mkdir(obj_dir)
-        except FileNotFoundError:
-            os.makedirs(obj_dir[: -len(data_key) - 1], exist_ok=True)
+        except FileNotFoundError:  # the first object of its fan-out directory
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(obj_dir[: -len(data_key) - 1])
             os.mkdir(obj_dir)
         os.mkdir(f"{obj_dir}/chunks")
         os.mkdir(f"{obj_dir}/chunks/{group}")
