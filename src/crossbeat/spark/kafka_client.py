@@ -161,7 +161,7 @@ def read_range(
         last_progress = time.monotonic()
         nxt = begin
         while nxt < until:
-            msgs = c.consume(num_messages=min(batch_rows, until - nxt), timeout=1.0)
+            msgs = c.consume(num_messages=min(batch_rows, until - nxt), timeout=0.05)
             if not msgs:
                 if time.monotonic() - last_progress > stall_timeout:
                     raise SourceError(f"{topic}[{partition}]: no records at {nxt} (want {until})")
@@ -212,7 +212,11 @@ _READERS: dict[str, Consumer] = {}
 
 def _reader(brokers: str) -> Consumer:
     if brokers not in _READERS:
-        _READERS[brokers] = consumer(brokers)
+        # Ranges are read only up to offsets known to exist, so the broker never needs to
+        # hold a fetch open; and librdkafka keeps one fetch in flight per broker, so a
+        # fetch long-polling past the end of the previous range (500 ms by default) would
+        # delay the first fetch of the next one by that much.
+        _READERS[brokers] = consumer(brokers, **{"fetch.wait.max.ms": 10})
     return _READERS[brokers]
 
 
