@@ -216,7 +216,8 @@ def _reader(brokers: str) -> Consumer:
         # hold a fetch open; and librdkafka keeps one fetch in flight per broker, so a
         # fetch long-polling past the end of the previous range (500 ms by default) would
         # delay the first fetch of the next one by that much.
-        _READERS[brokers] = consumer(brokers, **{"fetch.wait.max.ms": 10})
+        extra: dict[str, Any] = {"fetch.wait.max.ms": 10}
+        _READERS[brokers] = consumer(brokers, None, **extra)
     return _READERS[brokers]
 
 

@@ -108,6 +108,7 @@ def _stream(spark: Any, ps: PipelineSettings, topic: str, group: str, **extra: s
         .option("subscribe", topic)
         .option("startingOffsets", ps.starting_offsets)
         .option("maxOffsetsPerTrigger", str(ps.max_offsets_per_trigger))
+        .option("rowsPerTask", str(ps.rows_per_task))
         .option("kafka.group.id", group)
     )
     for k, v in extra.items():

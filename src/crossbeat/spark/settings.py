@@ -21,6 +21,9 @@ class PipelineSettings(BaseSettings):
     master: str = "local[*]"
     trigger_ms: int = Field(default=250, ge=0)
     max_offsets_per_trigger: int = Field(default=5000, ge=1)
+    # Records per Spark task (the source's rowsPerTask): small batches run as one task;
+    # lower it on a cluster to spread a large backlog over more executors.
+    rows_per_task: int = Field(default=20_000, ge=1)
     starting_offsets: str = "earliest"
 
     def checkpoint_dir(self, query: str) -> Path:
