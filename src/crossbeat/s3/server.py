@@ -2,19 +2,23 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import gc
 import logging
 import os
 import signal
 import socket
+import ssl
 import sys
 from collections.abc import Callable
 
 import uvicorn
+import uvloop
 
 from crossbeat.s3.auth import Principal
 from crossbeat.s3.gateway import Gateway
+from crossbeat.s3.http_server import LeanServer
 from crossbeat.s3.settings import GatewaySettings
 
 log = logging.getLogger("crossbeat.gateway")
@@ -65,10 +69,38 @@ def serve(gw: Gateway, sock: socket.socket, on_ready: Callable[[str], None] | No
     gc.collect()
     gc.freeze()
     gc.set_threshold(10_000, 20, 20)
+    if settings.http_server == "lean":
+        if on_ready is not None:
+            on_ready(_url(sock, settings))
+        _serve_lean(gw, sock)
+        return
     server = uvicorn.Server(config)
     if on_ready is not None:
         on_ready(_url(sock, settings))
     server.run(sockets=[sock])
+
+
+def _serve_lean(gw: Gateway, sock: socket.socket) -> None:
+    """Serve with `http_server.LeanServer` on uvloop until SIGTERM/SIGINT."""
+    settings = gw.settings
+    ssl_context = None
+    if settings.tls_cert is not None and settings.tls_key is not None:
+        ssl_context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ssl_context.load_cert_chain(str(settings.tls_cert), str(settings.tls_key))
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        server = LeanServer(gw, loop)
+
+        def stop() -> None:
+            gw.closing = True  # journal long-polls end within a second
+            server.stop()
+
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop)
+        await server.serve(sock, ssl_context, grace=30.0)
+
+    uvloop.run(main())
 
 
 def _die_with_parent() -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -49,6 +49,8 @@ class GatewaySettings(BaseSettings):
     max_object_bytes: int = 5 * 1024**4
     min_part_bytes: int = 5 * 1024 * 1024
     worker_threads: int = 16
+    # "lean": s3/http_server.py (less work per request); "uvicorn": the general server
+    http_server: Literal["lean", "uvicorn"] = "lean"
     # gateway processes sharing the listening socket; 0 = one per core (at most 4)
     workers: int = 0
     # how often a journal long-poll looks for commits made by another gateway process

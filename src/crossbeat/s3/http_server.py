@@ -1,0 +1,397 @@
+"""A lean HTTP/1.1 server for the gateway's ASGI app: httptools parsing on the running loop.
+
+It does what the gateway needs and no more, with less work per request than a general
+server: keep-alive and pipelined requests (answered in order), request bodies by
+Content-Length or chunked transfer coding, `Expect: 100-continue` (answered when the app
+first reads the body), flow control both ways (reading pauses while a request's unread
+body exceeds `HIGH_WATER`; `send` waits while the socket buffer is full), HEAD responses
+without a body, chunked responses when the app gives no Content-Length, TLS when given an
+SSLContext, and a graceful stop (no new connections; idle ones closed; requests in flight
+finish, up to `grace` seconds). The response head is held back until the first body piece
+so that a small response leaves in one write.
+
+ASGI subset: scope `type`, `method`, `path`, `raw_path`, `query_string`, `headers`
+(lower-cased names), `http_version`, `scheme`, `server`, `client`; receive yields
+`http.request` pieces then `http.disconnect`; send takes `http.response.start` and
+`http.response.body`. An app error before the response started becomes a 500; after it,
+the connection is closed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import http
+import logging
+import socket
+import ssl
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+import httptools
+
+from crossbeat.s3.http import Message, Scope
+
+log = logging.getLogger("crossbeat.gateway")
+ASGIApp = Callable[[Scope, Callable[[], Any], Callable[[Message], Any]], Any]
+
+HIGH_WATER = 256 * 1024  # unread body bytes per request before reading pauses
+KEEP_ALIVE_S = 75.0
+_REASONS = {s.value: s.phrase.encode() for s in http.HTTPStatus}
+_CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
+_BAD_REQUEST = b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+_ERROR_500 = (
+    b"HTTP/1.1 500 Internal Server Error\r\ncontent-type: text/plain\r\n"
+    b"content-length: 21\r\nconnection: close\r\n\r\nInternal Server Error"
+)
+
+
+class _Exchange:
+    """One request and its response on a connection."""
+
+    __slots__ = (
+        "conn", "scope", "keep_alive", "expect_100", "chunks", "buffered", "body_done",
+        "waiter", "head", "started", "chunked", "head_only", "finished", "delivered",
+    )  # fmt: skip
+
+    def __init__(self, conn: _Connection, scope: Scope, keep_alive: bool, expect_100: bool) -> None:
+        self.conn = conn
+        self.scope = scope
+        self.keep_alive = keep_alive
+        self.expect_100 = expect_100
+        self.chunks: deque[bytes] = deque()
+        self.buffered = 0
+        self.body_done = False
+        self.waiter: asyncio.Future[None] | None = None
+        self.head: bytes | None = None
+        self.started = False
+        self.chunked = False
+        self.head_only = scope["method"] == "HEAD"
+        self.finished = False
+        self.delivered = False  # the final http.request message was given to the app
+
+    def wake(self) -> None:
+        waiter, self.waiter = self.waiter, None
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    # -- the ASGI channel ----------------------------------------------------------------
+
+    async def receive(self) -> Message:
+        conn = self.conn
+        if self.expect_100 and not self.started and not conn.closed:
+            self.expect_100 = False
+            conn.transport.write(_CONTINUE)
+        while not self.chunks and not self.body_done and not conn.closed:
+            self.waiter = conn.loop.create_future()
+            await self.waiter
+        if self.chunks:
+            body = self.chunks.popleft() if len(self.chunks) == 1 else b"".join(self.chunks)
+            self.chunks.clear()
+            self.buffered = 0
+            conn.resume_reading()
+            self.delivered = self.body_done
+            return {"type": "http.request", "body": body, "more_body": not self.body_done}
+        if not self.body_done:  # the client went away mid-body
+            return {"type": "http.disconnect"}
+        if not self.delivered:  # an empty body, or its end after the last piece
+            self.delivered = True
+            return {"type": "http.request", "body": b"", "more_body": False}
+        if not self.finished and not conn.closed:
+            # the body was read in full: the next event is the end of the exchange
+            self.waiter = conn.loop.create_future()
+            await self.waiter
+        return {"type": "http.disconnect"}
+
+    async def send(self, message: Message) -> None:
+        conn = self.conn
+        if conn.closed or self.finished:
+            return
+        kind = message["type"]
+        if kind == "http.response.start":
+            if self.started:
+                raise RuntimeError("response already started")
+            self.started = True
+            self.head = self._head(message["status"], message.get("headers") or [])
+            return
+        if kind != "http.response.body" or not self.started:
+            raise RuntimeError(f"unexpected ASGI message {kind!r}")
+        body: bytes = message.get("body", b"")
+        more = message.get("more_body", False)
+        out: list[bytes] = []
+        if self.head is not None:
+            out.append(self.head)
+            self.head = None
+        if not self.head_only:
+            if self.chunked:
+                if body:
+                    out += (b"%x\r\n" % len(body), body, b"\r\n")
+                if not more:
+                    out.append(b"0\r\n\r\n")
+            elif body:
+                out.append(body)
+        if out:
+            conn.transport.write(out[0] if len(out) == 1 else b"".join(out))
+        if more:
+            await conn.drained()
+        else:
+            self.finished = True
+            self.wake()
+            conn.exchange_done(self)
+
+    def _head(self, status: int, headers: list[tuple[bytes, bytes]]) -> bytes:
+        parts = [b"HTTP/1.1 %d %s\r\n" % (status, _REASONS.get(status, b""))]
+        has_length = False
+        for name, value in headers:
+            if b"\r" in value or b"\n" in value or b"\r" in name or b"\n" in name:
+                raise RuntimeError("invalid HTTP header")
+            lname = name.lower()
+            if lname == b"content-length":
+                has_length = True
+            elif lname == b"connection" and b"close" in value.lower():
+                self.keep_alive = False
+            parts += (name, b": ", value, b"\r\n")
+        if not has_length and not self.head_only and status not in (204, 304) and status >= 200:
+            self.chunked = True
+            parts.append(b"transfer-encoding: chunked\r\n")
+        if self.conn.server.stopping:
+            self.keep_alive = False
+        if not self.keep_alive:
+            parts.append(b"connection: close\r\n")
+        parts.append(b"\r\n")
+        return b"".join(parts)
+
+
+class _Connection(asyncio.Protocol):
+    def __init__(self, server: LeanServer) -> None:
+        self.server = server
+        self.loop = server.loop
+        self.app = server.app
+        self.transport: asyncio.Transport = None  # type: ignore[assignment]
+        self.parser = httptools.HttpRequestParser(self)
+        self.closed = False
+        self.reading_paused = False
+        self.writing_paused = False
+        self.drain_waiter: asyncio.Future[None] | None = None
+        self.exchanges: deque[_Exchange] = deque()  # [0] is being answered, [-1] read
+        self.url = b""
+        self.headers: list[tuple[bytes, bytes]] = []
+        self.idle_timer: asyncio.TimerHandle | None = None
+        self.last_active = 0.0
+        self.client: tuple[str, int] | None = None
+        self.scheme = "http"
+
+    # -- transport events ----------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]  # uvloop's is not a subclass
+        self.server.connections.add(self)
+        peer = transport.get_extra_info("peername")
+        self.client = (str(peer[0]), int(peer[1])) if isinstance(peer, tuple) else None
+        self.scheme = self.server.scheme
+        self._arm_idle_timer()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self.server.connections.discard(self)
+        self._cancel_idle_timer()
+        for exchange in self.exchanges:
+            exchange.wake()
+        if self.drain_waiter is not None and not self.drain_waiter.done():
+            self.drain_waiter.set_result(None)
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            self._refuse()
+        except httptools.HttpParserError:
+            self._refuse()
+
+    def pause_writing(self) -> None:
+        self.writing_paused = True
+
+    def resume_writing(self) -> None:
+        self.writing_paused = False
+        if self.drain_waiter is not None and not self.drain_waiter.done():
+            self.drain_waiter.set_result(None)
+
+    async def drained(self) -> None:
+        if self.writing_paused and not self.closed:
+            self.drain_waiter = self.loop.create_future()
+            await self.drain_waiter
+
+    def resume_reading(self) -> None:
+        if self.reading_paused and not self.closed:
+            self.reading_paused = False
+            self.transport.resume_reading()
+
+    def _refuse(self) -> None:
+        if not self.exchanges or not self.exchanges[0].started:
+            self.transport.write(_BAD_REQUEST)
+        self.transport.close()
+
+    # -- parser callbacks ----------------------------------------------------------------
+
+    def on_message_begin(self) -> None:
+        self.url = b""
+        self.headers = []
+
+    def on_url(self, url: bytes) -> None:
+        self.url += url
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self.headers.append((name.lower(), value))
+
+    def on_headers_complete(self) -> None:
+        parser = self.parser
+        raw_path, _, query = self.url.partition(b"?")
+        expect_100 = False
+        for name, value in self.headers:
+            if name == b"expect" and value.lower() == b"100-continue":
+                expect_100 = True
+        scope: Scope = {
+            "type": "http",
+            "asgi": {"version": "3.0"},
+            "http_version": parser.get_http_version(),
+            "method": parser.get_method().decode("ascii"),
+            "scheme": self.scheme,
+            "path": raw_path.decode("latin-1"),
+            "raw_path": raw_path,
+            "query_string": query,
+            "root_path": "",
+            "headers": self.headers,
+            "server": self.server.address,
+            "client": self.client,
+        }
+        exchange = _Exchange(self, scope, parser.should_keep_alive() and not self.server.stopping, expect_100)
+        self.exchanges.append(exchange)
+        if len(self.exchanges) == 1:
+            self._start(exchange)
+        elif not self.reading_paused:  # pipelined: read no further until its turn
+            self.reading_paused = True
+            self.transport.pause_reading()
+
+    def on_body(self, body: bytes) -> None:
+        exchange = self.exchanges[-1]
+        if exchange.finished:
+            return  # answered without reading the body: it is dropped
+        exchange.chunks.append(body)
+        exchange.buffered += len(body)
+        if exchange.buffered > HIGH_WATER and not self.reading_paused:
+            self.reading_paused = True
+            self.transport.pause_reading()
+        exchange.wake()
+
+    def on_message_complete(self) -> None:
+        exchange = self.exchanges[-1]
+        exchange.body_done = True
+        exchange.wake()
+
+    # -- exchanges -----------------------------------------------------------------------
+
+    def _start(self, exchange: _Exchange) -> None:
+        task = self.loop.create_task(self._run(exchange))
+        self.server.tasks.add(task)
+        task.add_done_callback(self.server.tasks.discard)
+
+    async def _run(self, exchange: _Exchange) -> None:
+        try:
+            await self.app(exchange.scope, exchange.receive, exchange.send)
+        except BaseException as exc:
+            if not isinstance(exc, Exception):
+                raise
+            log.exception("ASGI app failed")
+            if not exchange.started and not self.closed:
+                self.transport.write(_ERROR_500)
+            self.transport.close()
+            return
+        if not exchange.finished and not self.closed:
+            log.error("ASGI app returned without completing its response")
+            self.transport.close()
+
+    def exchange_done(self, exchange: _Exchange) -> None:
+        """The response is complete: close, or go on with the next request."""
+        if not exchange.keep_alive or (not exchange.body_done and exchange is self.exchanges[-1]):
+            # (a body not read to its end would be parsed as the next request: close)
+            self.transport.close()
+            return
+        self.exchanges.popleft()
+        if self.exchanges:
+            self._start(self.exchanges[0])
+            if len(self.exchanges) == 1:
+                self.resume_reading()
+        elif self.server.stopping:
+            self.transport.close()
+        else:
+            self.resume_reading()
+            self.last_active = self.loop.time()
+
+    # One timer per connection, re-armed only when it fires, rather than one per request.
+
+    def _arm_idle_timer(self, delay: float = KEEP_ALIVE_S) -> None:
+        self.last_active = self.loop.time()
+        self.idle_timer = self.loop.call_later(delay, self._idle_timeout)
+
+    def _cancel_idle_timer(self) -> None:
+        if self.idle_timer is not None:
+            self.idle_timer.cancel()
+            self.idle_timer = None
+
+    def _idle_timeout(self) -> None:
+        self.idle_timer = None
+        if self.closed:
+            return
+        idle_for = self.loop.time() - self.last_active
+        if not self.exchanges and idle_for >= KEEP_ALIVE_S:
+            self.transport.close()
+        else:
+            self.idle_timer = self.loop.call_later(max(KEEP_ALIVE_S - idle_for, 1.0), self._idle_timeout)
+
+    def close_if_idle(self) -> None:
+        if not self.exchanges and not self.closed:
+            self.transport.close()
+
+
+class LeanServer:
+    """Serves `app` on `sock` until `stop()`."""
+
+    def __init__(self, app: ASGIApp, loop: asyncio.AbstractEventLoop) -> None:
+        self.app = app
+        self.loop = loop
+        self.connections: set[_Connection] = set()
+        self.tasks: set[asyncio.Task[None]] = set()
+        self.stopping = False
+        self.address: tuple[str, int] | None = None
+        self.scheme = "http"
+        self._server: asyncio.AbstractServer | None = None
+        self._stopped = asyncio.Event()
+
+    async def serve(self, sock: socket.socket, ssl_context: ssl.SSLContext | None, grace: float) -> None:
+        """Serve until `stop()`, then let requests in flight finish (at most `grace` s)."""
+        host, port = sock.getsockname()[:2]
+        self.address = (str(host), int(port))
+        self.scheme = "https" if ssl_context is not None else "http"
+        self._server = await self.loop.create_server(
+            lambda: _Connection(self), sock=sock, ssl=ssl_context, backlog=2048
+        )
+        await self._stopped.wait()
+        self._server.close()
+        for conn in list(self.connections):
+            conn.close_if_idle()
+        deadline = self.loop.time() + grace
+        while (self.tasks or self.connections) and self.loop.time() < deadline:
+            for conn in list(self.connections):
+                conn.close_if_idle()
+            await asyncio.sleep(0.05)
+        for conn in list(self.connections):
+            conn.transport.close()
+        for task in list(self.tasks):
+            task.cancel()
+        with contextlib.suppress(Exception):
+            await self._server.wait_closed()
+
+    def stop(self) -> None:
+        self.stopping = True
+        self._stopped.set()

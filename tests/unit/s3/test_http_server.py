@@ -1,0 +1,170 @@
+"""The lean HTTP/1.1 server: keep-alive, pipelining, bodies, 100-continue, HEAD, errors, stop."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from crossbeat.s3.http_server import LeanServer
+
+App = Callable[[dict[str, Any], Any, Any], Awaitable[None]]
+
+
+async def echo(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    """Answers with the method, path, query and the body it read."""
+    body = b""
+    while True:
+        message = await receive()
+        body += message.get("body", b"")
+        if not message.get("more_body"):
+            break
+    if scope["path"] == "/fail":
+        raise ValueError("boom")
+    out = b"%s %s %s %s" % (scope["method"].encode(), scope["raw_path"], scope["query_string"], body)
+    if scope["path"] == "/chunked":
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": out[:3], "more_body": True})
+        await send({"type": "http.response.body", "body": out[3:]})
+        return
+    headers = [(b"content-length", str(len(out)).encode()), (b"x-test", b"1")]
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
+    await send({"type": "http.response.body", "body": out})
+
+
+async def serve(app: App, client: Callable[[int], Awaitable[None]]) -> LeanServer:
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(16)
+    sock.setblocking(False)
+    server = LeanServer(app, asyncio.get_running_loop())
+    serving = asyncio.ensure_future(server.serve(sock, None, grace=5.0))
+    try:
+        await asyncio.wait_for(client(sock.getsockname()[1]), timeout=10)
+    finally:
+        server.stop()
+        await asyncio.wait_for(serving, timeout=10)
+    return server
+
+
+async def read_response(reader: asyncio.StreamReader) -> tuple[bytes, bytes]:
+    head = await reader.readuntil(b"\r\n\r\n")
+    lower = head.lower()
+    if b"content-length: " in lower:
+        length = int(lower.split(b"content-length: ")[1].split(b"\r\n")[0])
+        return head, await reader.readexactly(length)
+    if b"transfer-encoding: chunked" in lower:
+        body = b""
+        while True:
+            size = int((await reader.readuntil(b"\r\n")).strip(), 16)
+            chunk = await reader.readexactly(size + 2)
+            if size == 0:
+                return head, body
+            body += chunk[:-2]
+    return head, b""
+
+
+def run(app: App, client: Callable[[int], Awaitable[None]]) -> None:
+    asyncio.run(serve(app, client))
+
+
+def test_keep_alive_and_pipelining() -> None:
+    async def client(port: int) -> None:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"GET /a?x=1 HTTP/1.1\r\nHost: h\r\n\r\n")
+        head, body = await read_response(reader)
+        assert head.startswith(b"HTTP/1.1 200 OK\r\n") and b"x-test: 1" in head
+        assert body == b"GET /a x=1 "
+        # two requests in one write: answered in order on the same connection
+        writer.write(
+            b"PUT /b HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\n\r\nhello"
+            b"PUT /c HTTP/1.1\r\nHost: h\r\nContent-Length: 3\r\n\r\nbye"
+        )
+        assert (await read_response(reader))[1] == b"PUT /b  hello"
+        assert (await read_response(reader))[1] == b"PUT /c  bye"
+        writer.close()
+
+    run(echo, client)
+
+
+def test_chunked_request_and_response_bodies() -> None:
+    async def client(port: int) -> None:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(
+            b"PUT /chunked HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n"
+            b"3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n"
+        )
+        head, body = await read_response(reader)
+        assert b"transfer-encoding: chunked" in head
+        assert body == b"PUT /chunked  abcde"
+        writer.close()
+
+    run(echo, client)
+
+
+def test_expect_100_continue_is_answered_when_the_body_is_read() -> None:
+    async def client(port: int) -> None:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"PUT /e HTTP/1.1\r\nHost: h\r\nContent-Length: 4\r\nExpect: 100-continue\r\n\r\n")
+        assert await reader.readuntil(b"\r\n\r\n") == b"HTTP/1.1 100 Continue\r\n\r\n"
+        writer.write(b"data")
+        assert (await read_response(reader))[1] == b"PUT /e  data"
+        writer.close()
+
+    run(echo, client)
+
+
+def test_head_has_no_body_and_errors_are_answered() -> None:
+    async def client(port: int) -> None:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"HEAD /h HTTP/1.1\r\nHost: h\r\n\r\n")
+        head = await reader.readuntil(b"\r\n\r\n")
+        assert b"content-length: 9" in head  # "HEAD /h  ", not sent
+        writer.write(b"GET /after HTTP/1.1\r\nHost: h\r\n\r\n")  # no stray body bytes in between
+        assert (await read_response(reader))[1] == b"GET /after  "
+        writer.write(b"GET /fail HTTP/1.1\r\nHost: h\r\n\r\n")
+        head, body = await read_response(reader)
+        assert head.startswith(b"HTTP/1.1 500 ") and b"connection: close" in head
+        assert await reader.read() == b""  # closed
+        writer.close()
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"NOT HTTP AT ALL\r\n\r\n")
+        head, _ = await read_response(reader)
+        assert head.startswith(b"HTTP/1.1 400 ")
+        writer.close()
+
+    run(echo, client)
+
+
+def test_stop_lets_the_request_in_flight_finish() -> None:
+    started = asyncio.Event()
+    release = asyncio.Event()
+
+    async def slow(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        started.set()
+        await release.wait()
+        await send({"type": "http.response.start", "status": 204, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+    async def main() -> None:
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(16)
+        sock.setblocking(False)
+        port = sock.getsockname()[1]
+        server = LeanServer(slow, asyncio.get_running_loop())
+        serving = asyncio.ensure_future(server.serve(sock, None, grace=5.0))
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"GET /slow HTTP/1.1\r\nHost: h\r\n\r\n")
+        await asyncio.wait_for(started.wait(), timeout=5)
+        server.stop()
+        await asyncio.sleep(0.1)
+        assert not serving.done()  # waiting for the request in flight
+        release.set()
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout=5)
+        assert head.startswith(b"HTTP/1.1 204 ") and b"connection: close" in head
+        await asyncio.wait_for(serving, timeout=5)
+        writer.close()
+
+    asyncio.run(main())
