@@ -106,8 +106,12 @@ def authenticate(
     headers: list[tuple[bytes, bytes]],
     lookup: Lookup,
     now: datetime | None = None,
+    header_map: dict[str, list[str]] | None = None,
 ) -> AuthContext:
     """Authenticate one request (ASGI `raw_path`, `query_string`, `headers`).
+
+    `header_map` (lower-cased name → values in arrival order, latin-1 decoded), when the
+    caller already has it, saves decoding `headers` again.
 
     Raises `S3Error`: AccessDenied, SignatureDoesNotMatch, InvalidAccessKeyId,
     RequestTimeTooSkewed, AuthorizationHeaderMalformed, AuthorizationQueryParametersError,
@@ -116,7 +120,7 @@ def authenticate(
     now = now or datetime.now(UTC)
     if now.tzinfo is None:
         now = now.replace(tzinfo=UTC)  # a naive `now` is taken as UTC
-    hdrs = _header_map(headers)
+    hdrs = _header_map(headers) if header_map is None else header_map
     query = _parse_query(query_string)
     qnames = {name for name, _ in query}
     authorization = _one(hdrs, "authorization")
@@ -354,7 +358,7 @@ def _verify_v4(key: bytes, amz_date: str, scope: str, creq: str, signature: str)
     string_to_sign = "\n".join(
         (ALGORITHM_V4, amz_date, scope, hashlib.sha256(creq.encode("utf-8")).hexdigest())
     )
-    expected = hmac.new(key, string_to_sign.encode("utf-8"), hashlib.sha256).hexdigest()
+    expected = hmac.digest(key, string_to_sign.encode("utf-8"), "sha256").hex()
     # bytes: compare_digest refuses non-ASCII str, and the signature is the client's
     if not hmac.compare_digest(
         expected.encode("ascii"), signature.lower().encode("utf-8", "replace")
@@ -503,7 +507,7 @@ def _verify_v2(
 
 
 def _hmac(key: bytes, msg: bytes) -> bytes:
-    return hmac.new(key, msg, hashlib.sha256).digest()
+    return hmac.digest(key, msg, "sha256")
 
 
 def _header_map(headers: list[tuple[bytes, bytes]]) -> dict[str, list[str]]:

@@ -390,7 +390,7 @@ class BodyDecoder:
     def _check_sig(self, string_to_sign: str, given: str) -> None:
         key = self._ctx.signing_key
         assert key is not None
-        expected = hmac.new(key, string_to_sign.encode("utf-8"), hashlib.sha256).hexdigest()
+        expected = hmac.digest(key, string_to_sign.encode("utf-8"), "sha256").hex()
         # bytes: compare_digest refuses non-ASCII str, and the input is the client's
         if not hmac.compare_digest(expected.encode("ascii"), given.encode("utf-8", "replace")):
             raise S3Error("SignatureDoesNotMatch")

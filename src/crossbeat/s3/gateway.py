@@ -240,7 +240,8 @@ class Gateway:
 
     def authenticate(self, req: Request) -> tuple[Principal, Any]:
         ctx = authenticate(
-            req.method, req.raw_path, req.query_string, req.raw_headers, self.principals.get
+            req.method, req.raw_path, req.query_string, req.raw_headers, self.principals.get,
+            header_map=req.header_map,
         )
         if ctx.principal is None:
             raise S3Error("AccessDenied", "Anonymous access is not allowed.")

@@ -65,6 +65,8 @@ class Request:
     bucket: str = ""
     key: str = ""
     request_id: str = field(default_factory=new_request_id)
+    # every value of each (lower-cased) header, in arrival order: what SigV4 signs
+    header_map: dict[str, list[str]] = field(default_factory=dict)
     body_done: bool = False
 
     @property
@@ -90,11 +92,15 @@ class Request:
     @classmethod
     def from_scope(cls, scope: Scope, receive: Receive) -> Request:
         raw_headers = list(scope.get("headers") or [])
-        headers: dict[str, str] = {}
+        header_map: dict[str, list[str]] = {}
         for k, v in raw_headers:
             name = k.decode("latin-1").lower()
-            value = v.decode("latin-1")
-            headers[name] = f"{headers[name]},{value}" if name in headers else value
+            values = header_map.get(name)
+            if values is None:
+                header_map[name] = [v.decode("latin-1")]
+            else:
+                values.append(v.decode("latin-1"))
+        headers = {k: v[0] if len(v) == 1 else ",".join(v) for k, v in header_map.items()}
         raw_path = scope.get("raw_path") or scope["path"].encode()
         path_only = raw_path.split(b"?", 1)[0]
         qs = scope.get("query_string", b"")
@@ -107,6 +113,7 @@ class Request:
             query=parse_query(qs),
             headers=headers,
             raw_headers=raw_headers,
+            header_map=header_map,
         )
         path = unquote(path_only.decode("latin-1"), encoding="utf-8", errors="surrogateescape")
         if path.startswith("/"):
