@@ -112,8 +112,8 @@ class _Exchange:
         if kind == "http.response.start":
             if self.started:
                 raise RuntimeError("response already started")
-            self.started = True
             self.head = self._head(message["status"], message.get("headers") or [])
+            self.started = True
             return
         if kind != "http.response.body" or not self.started:
             raise RuntimeError(f"unexpected ASGI message {kind!r}")
@@ -144,14 +144,17 @@ class _Exchange:
         parts = [b"HTTP/1.1 %d %s\r\n" % (status, _REASONS.get(status, b""))]
         has_length = False
         for name, value in headers:
-            if b"\r" in value or b"\n" in value or b"\r" in name or b"\n" in name:
-                raise RuntimeError("invalid HTTP header")
             lname = name.lower()
             if lname == b"content-length":
                 has_length = True
             elif lname == b"connection" and b"close" in value.lower():
                 self.keep_alive = False
             parts += (name, b": ", value, b"\r\n")
+        # no CR or LF inside a name or value (header injection): checked once on the block
+        block = b"".join(parts)
+        if block.count(b"\n") != len(headers) + 1 or block.count(b"\r") != len(headers) + 1:
+            raise RuntimeError("invalid HTTP header")
+        parts = [block]
         if not has_length and not self.head_only and status not in (204, 304) and status >= 200:
             self.chunked = True
             parts.append(b"transfer-encoding: chunked\r\n")

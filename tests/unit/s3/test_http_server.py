@@ -22,6 +22,8 @@ async def echo(scope: dict[str, Any], receive: Any, send: Any) -> None:
             break
     if scope["path"] == "/fail":
         raise ValueError("boom")
+    if scope["path"] == "/inject":  # a header value smuggling a second header
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"x-a", b"1\r\nx-b: 2")]})
     out = b"%s %s %s %s" % (scope["method"].encode(), scope["raw_path"], scope["query_string"], body)
     if scope["path"] == "/chunked":
         await send({"type": "http.response.start", "status": 200, "headers": []})
@@ -127,6 +129,11 @@ def test_head_has_no_body_and_errors_are_answered() -> None:
         head, body = await read_response(reader)
         assert head.startswith(b"HTTP/1.1 500 ") and b"connection: close" in head
         assert await reader.read() == b""  # closed
+        writer.close()
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"GET /inject HTTP/1.1\r\nHost: h\r\n\r\n")
+        head, body = await read_response(reader)
+        assert head.startswith(b"HTTP/1.1 500 ") and b"x-b" not in head + body
         writer.close()
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         writer.write(b"NOT HTTP AT ALL\r\n\r\n")
