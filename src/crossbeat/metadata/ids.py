@@ -23,6 +23,18 @@ _counter = 0
 _rng = random.Random(os.urandom(32))
 
 
+def _reseed_after_fork() -> None:
+    # A forked child (a gateway worker) inherits the parent's generator state: without a
+    # fresh seed two workers would draw the same tails and could mint the same id in the
+    # same millisecond. The lock may have been held by another thread at fork time.
+    global _lock
+    _lock = threading.Lock()
+    _rng.seed(os.urandom(32))
+
+
+os.register_at_fork(after_in_child=_reseed_after_fork)
+
+
 def _b32(value: int, width: int) -> str:
     chars = []
     for _ in range(width):
