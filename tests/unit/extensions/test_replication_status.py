@@ -78,3 +78,21 @@ def test_completion_of_content_that_since_changed_is_ignored() -> None:
 
 def test_unknown_site_is_ignored() -> None:
     assert apply_outcome(MD, outcome("z", "COMPLETED")) is None
+
+
+def test_messages_round_trip_every_field() -> None:
+    """The hand-written documents carry every field (a new field must not be dropped)."""
+    import dataclasses
+
+    from crossbeat.extensions.replication.messages import ReplicationEntry, ReplicationOutcome
+
+    entry = ReplicationEntry(7, "b", "k", "v1", True, ("x", "y"), "2026-01-01T00:00:00Z")
+    doc = entry.to_json()
+    assert {f.name for f in dataclasses.fields(entry)} <= set(doc)
+    assert ReplicationEntry.from_json(doc) == entry
+    outcome = ReplicationOutcome("b", "k", "v1", "x", "FAILED", "", "fp", 3, "boom", 1.5,
+                                 source={"revision": 4, "tags": {"a": "1"}})
+    doc = outcome.to_json()
+    assert {f.name for f in dataclasses.fields(outcome)} <= set(doc)
+    assert ReplicationOutcome.from_json(doc) == outcome
+    assert "source" not in dataclasses.replace(outcome, source=None).to_json()

@@ -14,7 +14,7 @@
 from __future__ import annotations
 
 import hashlib
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -39,9 +39,11 @@ class ReplicationEntry:
     ts: str
 
     def to_json(self) -> dict[str, Any]:
-        doc = asdict(self)
-        doc["sites"] = list(self.sites)
-        return {"kind": ENTRY_KIND, "schema": SCHEMA, **doc}
+        return {
+            "kind": ENTRY_KIND, "schema": SCHEMA, "seq": self.seq, "bucket": self.bucket,
+            "key": self.key, "versionId": self.versionId,
+            "isDeleteMarker": self.isDeleteMarker, "sites": list(self.sites), "ts": self.ts,
+        }
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> ReplicationEntry:
@@ -75,9 +77,17 @@ class ReplicationOutcome:
     source: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
-        doc = {"kind": STATUS_KIND, "schema": SCHEMA, **asdict(self)}
-        if self.source is None:
-            doc.pop("source")
+        """The message document. It shares `source` with this outcome rather than copying
+        it (`dataclasses.asdict` deep-copies, which dominated publishing a batch): encode
+        it, don't mutate it."""
+        doc: dict[str, Any] = {
+            "kind": STATUS_KIND, "schema": SCHEMA, "bucket": self.bucket, "key": self.key,
+            "versionId": self.versionId, "site": self.site, "status": self.status,
+            "dataStoreVersionId": self.dataStoreVersionId, "fingerprint": self.fingerprint,
+            "attempts": self.attempts, "error": self.error, "ts": self.ts,
+        }
+        if self.source is not None:
+            doc["source"] = self.source
         return doc
 
     @classmethod
