@@ -12,9 +12,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kafka.protocol.metadata import ApiVersionsRequest
-from tests.unit.broker.conftest import LoopBroker, call
 
 from crossbeat.broker.codec import APIS
+from tests.unit.broker.conftest import LoopBroker, call
 
 # Frames a client could send, skipping the long polls (a JoinGroup waits for its rebalance)
 _SKIP = {11, 14}

@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.support.procs import wait_until
 
 from crossbeat.repositories.settings import RepositorySettings
 from crossbeat.repositories.sfs import SfsRepository
+from tests.support.procs import wait_until
 
 SMALL_CHUNK = 1024
 

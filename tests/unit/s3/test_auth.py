@@ -14,11 +14,11 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tests.unit.s3.captures import SECRETS, Capture, load_all
 
 from crossbeat.s3.auth import AuthContext, Principal, authenticate, canonical_query, canonical_uri
 from crossbeat.s3.body import BodyDecoder
 from crossbeat.s3.errors import S3Error
+from tests.unit.s3.captures import SECRETS, Capture, load_all
 
 CAPTURES = load_all()
 needs_captures = pytest.mark.skipif(not CAPTURES, reason="shared S3 wire captures not present")
