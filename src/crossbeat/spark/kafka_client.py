@@ -77,10 +77,14 @@ class Watermarks:
         return low, high
 
     def commit(self, offsets: Offsets) -> None:
-        """Commit `offsets` (next offsets to read) to the group, for ordinary lag tools."""
+        """Commit `offsets` (next offsets to read) to the group, for ordinary lag tools.
+
+        Asynchronous: the commit only reports progress (the Spark checkpoint is the truth),
+        so the micro-batch does not wait a broker round trip for it."""
         tps = [TopicPartition(t, int(p), o) for t, parts in offsets.items() for p, o in parts.items()]
         if tps:
-            self._consumer.commit(offsets=tps, asynchronous=False)
+            self._consumer.commit(offsets=tps, asynchronous=True)
+            self._consumer.poll(0)  # serve callbacks of earlier commits
 
     def close(self) -> None:
         self._consumer.close()
