@@ -41,6 +41,18 @@ class JournalClient:
         JournalError if the entries are not dense from `after + 1` (the contract says they
         are; a gap here would silently lose changes).
         """
+        entries = [JournalEntry.from_json(orjson.loads(line)) for line in self.read_lines(after, limit, wait)]
+        expected = after + 1
+        for entry in entries:
+            if entry.seq != expected:
+                raise JournalError(f"journal gap: expected seq {expected}, got {entry.seq}")
+            expected += 1
+        return entries
+
+    def read_lines(self, after: int, limit: int, wait: float = 0.0) -> list[bytes]:
+        """The same entries as `read`, as their undecoded JSON lines (one object each, in
+        seq order; density not checked): for an observer that looks only at a few of them
+        and would rather not decode the rest. Raises as `read` does."""
         params: dict[str, str | int | float] = {"after": after, "limit": limit}
         if wait > 0:
             params["wait"] = wait
@@ -52,17 +64,7 @@ class JournalClient:
             raise TruncatedJournal(after, int(body.get("firstAvailable", -1)))
         if resp.status_code != 200:
             raise JournalError(f"journal read failed: HTTP {resp.status_code}: {resp.text[:300]}")
-        entries = [
-            JournalEntry.from_json(orjson.loads(line))
-            for line in resp.content.splitlines()
-            if line.strip()
-        ]
-        expected = after + 1
-        for entry in entries:
-            if entry.seq != expected:
-                raise JournalError(f"journal gap: expected seq {expected}, got {entry.seq}")
-            expected += 1
-        return entries
+        return [line for line in resp.content.splitlines() if line.strip()]
 
     def checkpoint(self, consumer: str, seq: int) -> None:
         """Tell the gateway `consumer` has durably handled every entry up to `seq`."""
