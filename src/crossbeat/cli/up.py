@@ -190,8 +190,8 @@ def up(data_dir: Path, port_base: int, master: str) -> None:
     # Both sites, the broker, the populator and Spark share this machine's cores: one
     # process per gateway (unless CROSSBEAT_WORKERS says otherwise) avoids two workers
     # contending for one SQLite write lock and journal long-polls that wait for another
-    # process's commits. Measured with benchmarks/replication.py at 200 PUT/s on 2 cores:
-    # RPO p99 10.4 s with one worker, 14.9 s with two.
+    # process's commits. (benchmarks/replication.py at 200 PUT/s on 2 cores: RPO p99
+    # 10.4-14.7 s with one worker, 14.9-15.5 s with two; the spread between runs is wide.)
     env.setdefault("CROSSBEAT_WORKERS", "1")
     logs = data_dir / "logs"
 
