@@ -55,13 +55,15 @@ def make_buckets(a: Service, b: Service, name: str, *, at_b: bool = True) -> Non
         sb.put_bucket_versioning(Bucket=name, VersioningConfiguration={"Status": "Enabled"})
 
 
-def entries_of(client: Any, bucket: str) -> list[ReplicationEntry]:
+def entries_of(client: Any, bucket: str, *, size_hints: bool = False) -> list[ReplicationEntry]:
+    """Entries in journal order (oldest first), with the populator's size hints if asked."""
     listed = client.list_object_versions(Bucket=bucket)
     out = []
     for v in listed.get("Versions", []) + listed.get("DeleteMarkers", []):
         out.append(ReplicationEntry(seq=0, bucket=bucket, key=v["Key"], versionId=v["VersionId"],
-                                    isDeleteMarker="ETag" not in v, sites=("b",), ts=""))
-    return out
+                                    isDeleteMarker="ETag" not in v, sites=("b",), ts="",
+                                    size=v.get("Size", 0) if size_hints else None))
+    return sorted(out, key=lambda e: e.versionId)
 
 
 def versions(client: Any, bucket: str) -> list[tuple[str, str, str, bool]]:
@@ -115,6 +117,36 @@ def test_small_versions_markers_and_a_large_one_replicate_identically(
     # Redelivered outcomes change nothing; a redelivered batch finds every site COMPLETED.
     assert updater.apply_batch(outcomes) == [UNCHANGED] * len(outcomes)
     assert processor.process_batch(entries) == []
+
+
+def test_large_versions_by_size_hint_stream_beside_the_batches_in_object_order(
+    sites: tuple[Service, Service],
+) -> None:
+    """Entries whose size hint says large start on the streaming path at once; an object
+    with a large version keeps all its versions on that path, in order."""
+    a, b = sites
+    make_buckets(a, b, "hinted")
+    sa, sb = s3_client(a.url), s3_client(b.url)
+    big = 2 * 1024 * 1024 + 7
+    sa.put_object(Bucket="hinted", Key="mixed", Body=b"small first")
+    sa.put_object(Bucket="hinted", Key="mixed", Body=b"B" * big)
+    sa.put_object(Bucket="hinted", Key="mixed", Body=b"small again")
+    sa.delete_object(Bucket="hinted", Key="mixed")
+    for i in range(3):
+        sa.put_object(Bucket="hinted", Key=f"big/{i}", Body=bytes([65 + i]) * big)
+    for i in range(30):
+        sa.put_object(Bucket="hinted", Key=f"small/{i}", Body=str(i).encode() * 50)
+    entries = entries_of(sa, "hinted", size_hints=True)
+    assert any(e.size and e.size > 1024 * 1024 for e in entries)
+
+    outcomes = ReplicationProcessor(settings(a, b), "b").process_batch(entries)
+    assert sorted((o.key, o.versionId) for o in outcomes) == sorted((e.key, e.versionId) for e in entries)
+    assert {o.status for o in outcomes} == {"COMPLETED"}
+    assert versions(sb, "hinted") == versions(sa, "hinted")
+    for key, vid, etag, _ in versions(sa, "hinted"):
+        if etag != "DM":
+            assert (sb.get_object(Bucket="hinted", Key=key, VersionId=vid)["Body"].read()
+                    == sa.get_object(Bucket="hinted", Key=key, VersionId=vid)["Body"].read()), key
 
 
 def test_outcomes_for_one_version_apply_in_order_despite_stale_source(

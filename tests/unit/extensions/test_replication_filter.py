@@ -63,3 +63,12 @@ def test_sites_fall_back_to_the_storage_class() -> None:
     value = {"replicationInfo": {"status": "PENDING", "storageClass": "b, c:preferred_read"}}
     [msg] = ext().filter(entry(value))
     assert msg.value["sites"] == ["b", "c"]
+
+
+def test_entries_carry_the_size_as_a_routing_hint() -> None:
+    [msg] = ext().filter(entry({"size": 5 << 20, "replicationInfo": info(b="PENDING")}))
+    assert msg.value["size"] == 5 << 20
+    [marker] = ext().filter(entry({"isDeleteMarker": True, "replicationInfo": info(b="PENDING")}))
+    assert marker.value["size"] == 0
+    [odd] = ext().filter(entry({"size": "n/a", "replicationInfo": info(b="PENDING")}))
+    assert "size" not in odd.value

@@ -86,7 +86,7 @@ def test_messages_round_trip_every_field() -> None:
 
     from crossbeat.extensions.replication.messages import ReplicationEntry, ReplicationOutcome
 
-    entry = ReplicationEntry(7, "b", "k", "v1", True, ("x", "y"), "2026-01-01T00:00:00Z")
+    entry = ReplicationEntry(7, "b", "k", "v1", False, ("x", "y"), "2026-01-01T00:00:00Z", 123)
     doc = entry.to_json()
     assert {f.name for f in dataclasses.fields(entry)} <= set(doc)
     assert ReplicationEntry.from_json(doc) == entry

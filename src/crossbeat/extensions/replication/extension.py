@@ -61,5 +61,14 @@ class ReplicationExtension(Extension):
             isDeleteMarker=is_delete_marker,
             sites=tuple(sites),
             ts=entry.ts,
+            size=0 if is_delete_marker else _size(md),
         )
         return [Message(self.topic, message_key(entry.bucket, entry.key), work.to_json())]
+
+
+def _size(md: dict[str, Any]) -> int | None:
+    try:
+        size = int(md.get("size") or 0)
+    except (TypeError, ValueError):
+        return None
+    return size if size >= 0 else None

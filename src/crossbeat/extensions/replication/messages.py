@@ -2,7 +2,7 @@
 
 `crossbeat-replication` (key = URL-encoded bucket/key):
     {kind: "replication.entry", schema: 1, seq, bucket, key, versionId, isDeleteMarker,
-     sites: [site…], ts}
+     sites: [site…], ts, size?: the version's size when published (a hint for routing)}
 `crossbeat-replication-status` (same key):
     {kind: "replication.status", schema: 1, bucket, key, versionId, site,
      status: COMPLETED|FAILED, dataStoreVersionId, fingerprint, attempts, error, ts,
@@ -37,13 +37,20 @@ class ReplicationEntry:
     isDeleteMarker: bool
     sites: tuple[str, ...]
     ts: str
+    # The size the version had when published: lets the processor start large versions
+    # (their own streaming path) at once, beside the batched small ones. Only a hint: the
+    # processor re-reads the metadata; absent in entries from older populators.
+    size: int | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        doc: dict[str, Any] = {
             "kind": ENTRY_KIND, "schema": SCHEMA, "seq": self.seq, "bucket": self.bucket,
             "key": self.key, "versionId": self.versionId,
             "isDeleteMarker": self.isDeleteMarker, "sites": list(self.sites), "ts": self.ts,
         }
+        if self.size is not None:
+            doc["size"] = self.size
+        return doc
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> ReplicationEntry:
@@ -55,6 +62,7 @@ class ReplicationEntry:
             isDeleteMarker=bool(doc.get("isDeleteMarker", False)),
             sites=tuple(doc.get("sites", ())),
             ts=str(doc.get("ts", "")),
+            size=_size_hint(doc.get("size")),
         )
 
 
@@ -105,6 +113,10 @@ class ReplicationOutcome:
             ts=float(doc.get("ts", 0.0)),
             source=doc.get("source"),
         )
+
+
+def _size_hint(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
 def content_fingerprint(md: dict[str, Any]) -> str:

@@ -104,15 +104,26 @@ class ReplicationProcessor:
         if not isinstance(self.destination, CrossbeatDestination):
             return self._one_by_one(todo)
         destination = self.destination
-        chunks = _chunks(todo, BATCH_VERSIONS)
+        # Objects with a version known to be large stream on their own path from the start,
+        # beside the batches of small ones, rather than after them (all of an object's
+        # versions go one way, so they stay in order).
+        large_objects = {(e.bucket, e.key) for e in todo
+                         if e.size is not None and e.size > SMALL_VERSION_BYTES}
+        large = [e for e in todo if (e.bucket, e.key) in large_objects]
+        small = [e for e in todo if (e.bucket, e.key) not in large_objects]
+        chunks = _chunks(small, BATCH_VERSIONS)
         outcomes: list[ReplicationOutcome] = []
         rest: list[ReplicationEntry] = []
-        # A few chunks in flight: one reads at the source while another writes at the
-        # destination, and a multi-process destination gateway writes several at once.
-        with ThreadPoolExecutor(max_workers=min(BATCHES_IN_FLIGHT, len(chunks) or 1)) as pool:
-            for done, left in pool.map(lambda c: self._batched(destination, c), chunks):
-                outcomes += done
-                rest += left
+        with ThreadPoolExecutor(max_workers=1) as streaming:
+            early = streaming.submit(self._one_by_one, large) if large else None
+            # A few chunks in flight: one reads at the source while another writes at the
+            # destination, and a multi-process destination gateway writes several at once.
+            with ThreadPoolExecutor(max_workers=min(BATCHES_IN_FLIGHT, len(chunks) or 1)) as pool:
+                for done, left in pool.map(lambda c: self._batched(destination, c), chunks):
+                    outcomes += done
+                    rest += left
+            if early is not None:
+                outcomes += early.result()
         return outcomes + self._one_by_one(rest)
 
     def _one_by_one(self, entries: Sequence[ReplicationEntry]) -> list[ReplicationOutcome]:
