@@ -13,7 +13,7 @@ import base64
 import hashlib
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, cast
 
 import orjson
 import urllib3
@@ -26,6 +26,35 @@ INTERNAL = "/_/crossbeat"
 JSON = {"content-type": "application/json"}
 READ_CHUNK = 1024 * 1024
 BATCH_ITEMS = 500  # per batch request (the gateway takes up to 1000)
+
+
+class ObjectStream:
+    """An object's bytes being read: iterate for chunks of READ_CHUNK bytes, or `readinto`
+    a caller's buffer (no new allocation per part: fresh multi-MiB buffers cost page faults
+    on every byte, which dominated relaying large objects)."""
+
+    def __init__(self, resp: urllib3.BaseHTTPResponse) -> None:
+        self._resp = resp
+
+    def __iter__(self) -> Iterator[bytes]:
+        try:
+            yield from self._resp.stream(READ_CHUNK)
+        except urllib3.exceptions.HTTPError as exc:
+            raise ReplicationError(f"reading object data: {exc!r}", retryable=True) from exc
+
+    def readinto(self, buffer: bytearray | memoryview) -> int:
+        """Fill `buffer`; fewer bytes only at the end of the object."""
+        view = memoryview(buffer)
+        filled = 0
+        try:
+            while filled < view.nbytes:
+                n = self._resp.readinto(view[filled:])
+                if not n:
+                    break
+                filled += n
+        except urllib3.exceptions.HTTPError as exc:
+            raise ReplicationError(f"reading object data: {exc!r}", retryable=True) from exc
+        return filled
 
 
 class GatewayClient:
@@ -47,21 +76,23 @@ class GatewayClient:
         method: str,
         path: str,
         what: str,
-        body: bytes | Iterator[bytes] | None = None,
+        body: bytes | memoryview | Iterator[bytes] | None = None,
         headers: dict[str, str] | None = None,
         *,
         stream: bool = False,
     ) -> urllib3.BaseHTTPResponse:
         url = self.endpoint + path
         hdrs = dict(headers or {})
-        if body is None or isinstance(body, bytes):
-            payload_hash = hashlib.sha256(body or b"").hexdigest()
+        if body is None or isinstance(body, (bytes, memoryview)):
+            payload_hash = hashlib.sha256(body if body is not None else b"").hexdigest()
         else:
             payload_hash = UNSIGNED_PAYLOAD
         hdrs.update(self._signer.sign(method, url, hdrs, payload_hash))
         try:
             return self._http.request(
-                method, url, body=body, headers=hdrs, preload_content=not stream,
+                # urllib3 sends any buffer (a memoryview too) as one chunk; its stubs list
+                # only bytes, file objects and iterables.
+                method, url, body=cast(Any, body), headers=hdrs, preload_content=not stream,
                 redirect=False,
             )
         except urllib3.exceptions.HTTPError as exc:
@@ -182,7 +213,7 @@ class GatewayClient:
         return out
 
     def put_data(
-        self, bucket: str, key: str, body: bytes | Iterator[bytes], length: int
+        self, bucket: str, key: str, body: bytes | memoryview | Iterator[bytes], length: int
     ) -> tuple[list[dict[str, Any]], str]:
         """Store raw bytes in the bucket's location; returns (location entries, md5 hex)."""
         url = f"{INTERNAL}/data{quote_path(bucket, key)}"
@@ -221,24 +252,17 @@ class GatewayClient:
         return int(orjson.loads(resp.data).get("requeued", 0))
 
     @contextmanager
-    def get_object(self, bucket: str, key: str, version_id: str) -> Iterator[Iterator[bytes]]:
-        """Stream one version's bytes with a plain S3 GET (chunks valid inside the block)."""
+    def get_object(self, bucket: str, key: str, version_id: str) -> Iterator[ObjectStream]:
+        """Stream one version's bytes with a plain S3 GET (valid inside the block)."""
         url = f"{quote_path(bucket, key)}?{quote_query({'versionId': version_id})}"
         resp = self._request("GET", url, "get object", stream=True)
         try:
             if resp.status != 200:
                 raise http_error(f"get object {bucket}/{key}", resp.status,
                                  resp.read().decode(errors="replace"))
-            yield self._chunks(resp)
+            yield ObjectStream(resp)
         finally:
             resp.release_conn()
-
-    @staticmethod
-    def _chunks(resp: urllib3.BaseHTTPResponse) -> Iterator[bytes]:
-        try:
-            yield from resp.stream(READ_CHUNK)
-        except urllib3.exceptions.HTTPError as exc:
-            raise ReplicationError(f"reading object data: {exc!r}", retryable=True) from exc
 
     def close(self) -> None:
         self._http.clear()
