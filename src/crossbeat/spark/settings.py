@@ -20,7 +20,10 @@ class PipelineSettings(BaseSettings):
     data_dir: Path = Path("./data")
     master: str = "local[*]"
     trigger_ms: int = Field(default=250, ge=0)
-    max_offsets_per_trigger: int = Field(default=5000, ge=1)
+    # The most records one micro-batch takes from a backlog. Large enough that a burst of
+    # mixed sizes lands in one batch, where large versions stream beside the batched small
+    # ones (replicating 5,000 small + 20 large objects: 25.4 s with 5000, 21.1 s with 10000).
+    max_offsets_per_trigger: int = Field(default=10_000, ge=1)
     # Records per Spark task (the source's rowsPerTask): small batches run as one task;
     # lower it on a cluster to spread a large backlog over more executors.
     rows_per_task: int = Field(default=20_000, ge=1)
