@@ -84,10 +84,10 @@ def _exact_chunks(stream: Iterable[bytes], size: int) -> Iterator[bytes]:
             have += take
             view = view[take:]
             if have == size:
-                yield pending[0].tobytes() if len(pending) == 1 else b"".join(pending)
+                yield b"".join(pending)
                 pending, have = [], 0
     if have:
-        yield pending[0].tobytes() if len(pending) == 1 else b"".join(pending)
+        yield b"".join(pending)
 
 
 class CrossbeatDestination:

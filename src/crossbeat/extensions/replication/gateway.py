@@ -84,7 +84,7 @@ class GatewayClient:
         url = self.endpoint + path
         hdrs = dict(headers or {})
         if body is None or isinstance(body, (bytes, memoryview)):
-            payload_hash = hashlib.sha256(body if body is not None else b"").hexdigest()
+            payload_hash = hashlib.sha256(body or b"").hexdigest()
         else:
             payload_hash = UNSIGNED_PAYLOAD
         hdrs.update(self._signer.sign(method, url, hdrs, payload_hash))
