@@ -2,11 +2,18 @@
 
 - `replication-<site>` (one query per destination site, consumer group
   `crossbeat-replication-<site>`): reads `crossbeat-replication`, replicates each entry
-  naming the site (in executors, `ReplicationProcessor`), and produces the outcomes to
-  `crossbeat-replication-status`. Pausing a site holds its query's offsets (the source's
+  naming the site (in executors, `ReplicationProcessor`), sets the outcomes at the source
+  with one compare-and-set batch (`StatusUpdater.try_batch`, unless
+  `apply_status_inline = false`) and produces them to `crossbeat-replication-status`,
+  those it set marked `applied`. Pausing a site holds its query's offsets (the source's
   pause gate on `crossbeat-replication-control`), so nothing is lost or skipped.
-- `replication-status` (group `crossbeat-replication-status`): applies outcomes to the
-  source metadata with compare-and-set (`StatusUpdater`).
+- `replication-status` (group `crossbeat-replication-status`): applies the outcomes not
+  marked `applied` to the source metadata with compare-and-set and retries
+  (`StatusUpdater.apply_batch`).
+
+Setting the status in the replication batch puts one micro-batch, not two, between a PUT
+and its COMPLETED status; the status pipeline remains the path that waits out a source
+that did not answer, and the topic still carries every outcome.
 
 Both are idempotent per record, so a batch replayed after a crash (same batch id, same
 offsets) is harmless; the Spark checkpoint under the data dir is the restart point.
@@ -18,6 +25,7 @@ import logging
 import threading
 import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from typing import Any
 
 import orjson
@@ -75,6 +83,11 @@ def replicate_partition(
             processor = _cached(token, f"processor-{site}",
                                 lambda: ReplicationProcessor(settings, site))
             outcomes = processor.process_batch(entries)
+        if outcomes and settings.apply_status_inline:
+            updater = _cached(token, "status", lambda: StatusUpdater(settings))
+            results = updater.try_batch(outcomes)
+            outcomes = [o if r is None else replace(o, applied=True)
+                        for o, r in zip(outcomes, results, strict=True)]
         if outcomes:
             publisher = _cached(token, "publisher", lambda: Publisher(brokers))
             publisher.publish(
@@ -91,7 +104,8 @@ def status_partition(
     """The mapInArrow function of `replication-status` (runs in executors)."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        outcomes = [ReplicationOutcome.from_json(d) for d in _docs(batches, STATUS_KIND)]
+        outcomes = [o for o in map(ReplicationOutcome.from_json, _docs(batches, STATUS_KIND))
+                    if not o.applied]
         applied = 0
         if outcomes:
             updater = _cached(token, "status", lambda: StatusUpdater(settings))
@@ -116,7 +130,7 @@ def _stream(spark: Any, ps: PipelineSettings, topic: str, group: str, **extra: s
     return reader.load().select("value")
 
 
-def _start(df: Any, ps: PipelineSettings, name: str, fn: Any) -> Any:
+def _start(df: Any, ps: PipelineSettings, name: str, fn: Any, trigger_ms: int | None = None) -> Any:
     def batch(batch_df: Any, batch_id: int) -> None:
         batch_df.mapInArrow(fn, COUNT_SCHEMA).collect()
 
@@ -124,7 +138,7 @@ def _start(df: Any, ps: PipelineSettings, name: str, fn: Any) -> Any:
         df.writeStream.queryName(name)
         .foreachBatch(batch)
         .option("checkpointLocation", str(ps.checkpoint_dir(name)))
-        .trigger(processingTime=f"{ps.trigger_ms} milliseconds")
+        .trigger(processingTime=f"{ps.trigger_ms if trigger_ms is None else trigger_ms} milliseconds")
         .start()
     )
 
@@ -152,7 +166,11 @@ def start_status(spark: Any, ps: PipelineSettings, rs: ReplicationSettings) -> l
     status_topic = ps.topic(rs.status_topic)
     ensure_topics(ps.brokers, [status_topic], ps.topic_partitions)
     df = _stream(spark, ps, status_topic, "crossbeat-replication-status")
-    return [_start(df, ps, "replication-status", status_partition(token, rs))]
+    trigger_ms = ps.status_trigger_ms
+    if trigger_ms is None:
+        # with the outcomes set inline, this query only has leftovers: no hurry, less work
+        trigger_ms = max(ps.trigger_ms, 1000) if rs.apply_status_inline else ps.trigger_ms
+    return [_start(df, ps, "replication-status", status_partition(token, rs), trigger_ms)]
 
 
 def run_pipelines(

@@ -20,6 +20,9 @@ class PipelineSettings(BaseSettings):
     data_dir: Path = Path("./data")
     master: str = "local[*]"
     trigger_ms: int = Field(default=250, ge=0)
+    # The status query's trigger; by default `trigger_ms`, or at least 1 s when the
+    # replication pipeline sets statuses itself (`apply_status_inline`).
+    status_trigger_ms: int | None = Field(default=None, ge=0)
     # The most records one micro-batch takes from a backlog. Large enough that a burst of
     # mixed sizes lands in one batch, where large versions stream beside the batched small
     # ones (replicating 5,000 small + 20 large objects: 25.4 s with 5000, 21.1 s with 10000).

@@ -198,7 +198,8 @@ def rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
             svc.stop()
 
 
-def replicated_bucket(rig: Rig, name: str, *, at_b: bool = True, delete_markers: bool = True) -> str:
+def replicated_bucket(rig: Rig, name: str, *, at_b: bool = True, delete_markers: bool = True,
+                      storage_class: str = "b") -> str:
     a = rig.s3("a")
     a.create_bucket(Bucket=name)
     a.put_bucket_versioning(Bucket=name, VersioningConfiguration={"Status": "Enabled"})
@@ -207,7 +208,7 @@ def replicated_bucket(rig: Rig, name: str, *, at_b: bool = True, delete_markers:
         "Rules": [{
             "ID": "to-b", "Priority": 1, "Status": "Enabled", "Filter": {"Prefix": ""},
             "DeleteMarkerReplication": {"Status": "Enabled" if delete_markers else "Disabled"},
-            "Destination": {"Bucket": f"arn:aws:s3:::{name}", "StorageClass": "b"},
+            "Destination": {"Bucket": f"arn:aws:s3:::{name}", "StorageClass": storage_class},
         }],
     })
     if at_b:

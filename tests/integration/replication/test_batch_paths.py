@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,12 @@ import pytest
 
 from crossbeat.extensions.replication.messages import ReplicationEntry
 from crossbeat.extensions.replication.processor import ReplicationProcessor
-from crossbeat.extensions.replication.settings import Endpoint, ReplicationSettings, SiteSettings
+from crossbeat.extensions.replication.settings import (
+    Endpoint,
+    ReplicationSettings,
+    RetrySettings,
+    SiteSettings,
+)
 from crossbeat.extensions.replication.status_updater import APPLIED, UNCHANGED, StatusUpdater
 from tests.support.gateway import ROOT_AK, ROOT_SK, running_gateway, s3_client, signed
 from tests.support.procs import Service
@@ -117,6 +123,33 @@ def test_small_versions_markers_and_a_large_one_replicate_identically(
     # Redelivered outcomes change nothing; a redelivered batch finds every site COMPLETED.
     assert updater.apply_batch(outcomes) == [UNCHANGED] * len(outcomes)
     assert processor.process_batch(entries) == []
+
+
+def test_try_batch_sets_what_it_can_and_leaves_the_rest_without_waiting(
+    sites: tuple[Service, Service],
+) -> None:
+    """The replication pipeline's inline status update: one batch request settles the
+    outcomes; against a source that does not answer it gives up at once (None), leaving
+    the outcomes to the status pipeline, instead of waiting out the retry backoff."""
+    a, b = sites
+    make_buckets(a, b, "inline")
+    sa = s3_client(a.url)
+    for i in range(5):
+        sa.put_object(Bucket="inline", Key=f"k{i}", Body=b"x" * i)
+    entries = entries_of(sa, "inline")
+    rs = settings(a, b)
+    outcomes = ReplicationProcessor(rs, "b").process_batch(entries)
+    assert len(outcomes) == 5
+
+    slow = rs.model_copy(update={"source": Endpoint(endpoint="http://127.0.0.1:9", access_key=ROOT_AK),
+                                 "retry": RetrySettings(backoff_min_s=30, max_seconds=120)})
+    started = time.monotonic()
+    assert StatusUpdater(slow).try_batch(outcomes) == [None] * 5
+    assert time.monotonic() - started < 20  # not one 30 s backoff
+    assert {sa.head_object(Bucket="inline", Key=e.key)["ReplicationStatus"] for e in entries} == {"PENDING"}
+
+    assert StatusUpdater(rs).try_batch(outcomes + outcomes[:2]) == [APPLIED] * 5 + [UNCHANGED] * 2
+    assert {sa.head_object(Bucket="inline", Key=e.key)["ReplicationStatus"] for e in entries} == {"COMPLETED"}
 
 
 def test_large_versions_by_size_hint_stream_beside_the_batches_in_object_order(

@@ -15,6 +15,7 @@ from tests.integration.replication.conftest import (
     Rig,
     make_destination_bucket,
     replicated_bucket,
+    source_status,
     source_statuses,
     versions,
     wait_replicated,
@@ -174,3 +175,33 @@ def test_kill9_of_populator_broker_and_spark_driver_converges(rig: Rig) -> None:
         thread.join(timeout=60)
     assert not errors, errors[:3]
     wait_replicated(rig, bucket, timeout=240)  # also: no extra (duplicate) versions at b
+
+
+def test_status_pipeline_applies_the_outcomes_left_to_it_in_order(rig: Rig) -> None:
+    """The replication pipeline sets site b's status itself; an outcome published without
+    `applied` (what it could not set) is the status pipeline's to apply, and one marked
+    `applied` is skipped there. Site c has no pipeline here, so its outcomes come from us,
+    on one key (one partition, in order): a COMPLETED marked applied, then a FAILED. Had
+    the status pipeline applied the first, the second could not overwrite COMPLETED."""
+    from crossbeat.extensions.replication.messages import ReplicationOutcome, content_fingerprint
+    from crossbeat.populator.extension import Message, message_key
+    from crossbeat.populator.publisher import Publisher
+    from tests.support.gateway import signed
+
+    bucket = replicated_bucket(rig, "rep-left", storage_class="b,c")
+    vid = rig.s3("a").put_object(Bucket=bucket, Key="k", Body=b"left to the status pipeline")["VersionId"]
+    wait_until(lambda: source_status(rig, bucket, "k", vid) == "PROCESSING", timeout=120,
+               interval=0.5, what="site b COMPLETED, c pending")
+    md = signed("GET", f"{rig.url('a')}/_/crossbeat/metadata/{bucket}/k?versionId={vid}").json()
+    common: dict[str, Any] = {"bucket": bucket, "key": "k", "versionId": vid, "site": "c",
+                              "dataStoreVersionId": vid, "fingerprint": content_fingerprint(md),
+                              "attempts": 1, "ts": time.time()}
+    applied = ReplicationOutcome(status="COMPLETED", error=None, applied=True, **common)
+    left = ReplicationOutcome(status="FAILED", error="refused", source=md, **common)
+    Publisher(f"127.0.0.1:{rig.ports['broker']}").publish(
+        Message("crossbeat-replication-status", message_key(bucket, "k"), o.to_json())
+        for o in (applied, left)
+    )
+    wait_until(lambda: source_status(rig, bucket, "k", vid) != "PROCESSING", timeout=120,
+               interval=0.5, what="the status pipeline applied the outcome left to it")
+    assert source_status(rig, bucket, "k", vid) == "FAILED"

@@ -93,6 +93,21 @@ def test_messages_round_trip_every_field() -> None:
     outcome = ReplicationOutcome("b", "k", "v1", "x", "FAILED", "", "fp", 3, "boom", 1.5,
                                  source={"revision": 4, "tags": {"a": "1"}})
     doc = outcome.to_json()
-    assert {f.name for f in dataclasses.fields(outcome)} <= set(doc)
+    assert {f.name for f in dataclasses.fields(outcome)} - {"applied"} <= set(doc)
     assert ReplicationOutcome.from_json(doc) == outcome
     assert "source" not in dataclasses.replace(outcome, source=None).to_json()
+
+
+def test_an_applied_outcome_says_so_and_leaves_the_source_metadata_out() -> None:
+    import dataclasses
+
+    from crossbeat.extensions.replication.messages import ReplicationOutcome
+
+    outcome = ReplicationOutcome("b", "k", "v1", "x", "COMPLETED", "v1", "fp", 1, None, 1.5,
+                                 source={"revision": 4})
+    assert "applied" not in outcome.to_json()
+    doc = dataclasses.replace(outcome, applied=True).to_json()
+    assert doc["applied"] is True and "source" not in doc
+    assert ReplicationOutcome.from_json(doc) == dataclasses.replace(outcome, applied=True, source=None)
+    # only a JSON true counts: a malformed flag leaves the outcome to the status pipeline
+    assert not ReplicationOutcome.from_json({**doc, "applied": "yes"}).applied

@@ -6,7 +6,8 @@
 `crossbeat-replication-status` (same key):
     {kind: "replication.status", schema: 1, bucket, key, versionId, site,
      status: COMPLETED|FAILED, dataStoreVersionId, fingerprint, attempts, error, ts,
-     source?: the source metadata as replicated}
+     source?: the source metadata as replicated (absent once applied),
+     applied?: true when the replication pipeline already set this status at the source}
 `crossbeat-replication-control` (key = site, one partition):
     {kind: "replication.control", schema: 1, site, paused: bool, ts}
 """
@@ -83,6 +84,10 @@ class ReplicationOutcome:
     # The source metadata the processor replicated (with its revision): the status
     # updater tries its compare-and-set on it first, saving a read per outcome.
     source: dict[str, Any] | None = None
+    # True once the outcome is set at the source (the replication pipeline applies what it
+    # can itself): the status pipeline then has nothing to do for it, and the message
+    # leaves `source` out.
+    applied: bool = False
 
     def to_json(self) -> dict[str, Any]:
         """The message document. It shares `source` with this outcome rather than copying
@@ -94,7 +99,9 @@ class ReplicationOutcome:
             "dataStoreVersionId": self.dataStoreVersionId, "fingerprint": self.fingerprint,
             "attempts": self.attempts, "error": self.error, "ts": self.ts,
         }
-        if self.source is not None:
+        if self.applied:
+            doc["applied"] = True
+        elif self.source is not None:
             doc["source"] = self.source
         return doc
 
@@ -112,6 +119,7 @@ class ReplicationOutcome:
             error=doc.get("error"),
             ts=float(doc.get("ts", 0.0)),
             source=doc.get("source"),
+            applied=doc.get("applied") is True,
         )
 
 

@@ -65,6 +65,11 @@ class ReplicationSettings(BaseSettings):
     multipart_threshold_bytes: int = Field(default=32 * 1024 * 1024, ge=5 * 1024 * 1024)
     part_size_bytes: int = Field(default=16 * 1024 * 1024, ge=5 * 1024 * 1024)
     concurrency: int = Field(default=16, ge=1, le=256)
+    # The replication pipeline sets each outcome at the source itself (one compare-and-set
+    # batch request) and publishes it marked `applied`; the status pipeline then only
+    # applies what that could not settle. This saves a second micro-batch between a PUT
+    # and its COMPLETED status. False: the status pipeline applies every outcome.
+    apply_status_inline: bool = True
     retry: RetrySettings = RetrySettings()
 
     @model_validator(mode="after")

@@ -67,6 +67,24 @@ class StatusUpdater:
         (one compare-and-set request per round); outcomes of one version are applied one
         after another, in order. What a batch request cannot settle (the request failed,
         too many lost races) goes through `apply`, with retries."""
+        results, leftovers = self._batches(outcomes)
+        rest = run_keyed([outcomes[i] for i in leftovers], lambda o: (o.bucket, o.key),
+                         self.apply, self.settings.concurrency)
+        for i, r in zip(leftovers, rest, strict=True):
+            results[i] = r
+        return [r or UNCHANGED for r in results]
+
+    def try_batch(self, outcomes: Sequence[ReplicationOutcome]) -> list[str | None]:
+        """Like `apply_batch` without the retries: None for each outcome the batch
+        requests did not settle (the source did not answer, too many lost races). For a
+        caller that can hand those to someone else rather than wait out the backoff."""
+        results, _ = self._batches(outcomes)
+        return results
+
+    def _batches(
+        self, outcomes: Sequence[ReplicationOutcome]
+    ) -> tuple[list[str | None], list[int]]:
+        """(results, indexes of the outcomes left unsettled, in order)."""
         results: list[str | None] = [None] * len(outcomes)
         queues: dict[tuple[str, str, str], list[int]] = {}
         for i, o in enumerate(outcomes):
@@ -78,22 +96,17 @@ class StatusUpdater:
                 heads = {ref: q[0] for ref, q in queues.items()}
                 settled = self._round(outcomes, heads, current, results)
                 for ref in heads:
-                    if ref not in settled:  # given up here: the rest of it goes to `apply`
+                    if ref not in settled:  # given up here: the rest of it is left over
                         leftovers += queues.pop(ref)
                     else:
                         queues[ref].pop(0)
                         if not queues[ref]:
                             del queues[ref]
         except ReplicationError:
-            pass  # the source is not answering batches: `apply` below retries with backoff
+            pass  # the source is not answering batches: all that is unsettled is left over
         for q in queues.values():
             leftovers += q
-        leftovers = sorted(i for i in leftovers if results[i] is None)
-        rest = run_keyed([outcomes[i] for i in leftovers], lambda o: (o.bucket, o.key),
-                         self.apply, self.settings.concurrency)
-        for i, r in zip(leftovers, rest, strict=True):
-            results[i] = r
-        return [r or UNCHANGED for r in results]
+        return results, sorted(i for i in leftovers if results[i] is None)
 
     def _round(
         self,
