@@ -325,7 +325,56 @@ def cpu_by_role() -> dict[str, float]:
     return out
 
 
-def rpo(a: Any, b: Any, rate: float, seconds: float) -> list[float]:
+def topic_times(brokers: str, topic: str, bucket: str) -> dict[tuple[str, str], float]:
+    """When each message of `bucket` was produced to `topic` (its CreateTime, epoch s)."""
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": brokers, "group.id": f"bench-{os.getpid()}",
+                  "enable.auto.commit": False})
+    try:
+        parts = c.list_topics(topic, timeout=10).topics[topic].partitions
+        ends = {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in parts}
+        c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in parts])
+        out: dict[tuple[str, str], float] = {}
+        left = {p for p, end in ends.items() if end > 0}
+        deadline = time.monotonic() + 60
+        while left and time.monotonic() < deadline:
+            for m in c.consume(10_000, timeout=1.0):
+                if m.error():
+                    continue
+                if m.offset() >= ends[m.partition()] - 1:
+                    left.discard(m.partition())
+                doc = orjson.loads(m.value())
+                if doc.get("bucket") == bucket:
+                    out.setdefault((doc["key"], doc["versionId"]), m.timestamp()[1] / 1000)
+        return out
+    finally:
+        c.close()
+
+
+def _pcts(xs: list[float]) -> str:
+    xs = sorted(xs)
+    if not xs:
+        return "n/a"
+    return f"p50 {statistics.median(xs):.2f}s p99 {xs[min(len(xs) - 1, int(len(xs) * 0.99))]:.2f}s"
+
+
+def stages(brokers: str, bucket: str, acked: dict[int, tuple[str, float]],
+           done: dict[tuple[str, str], float], wall_minus_mono: float) -> None:
+    """Where the RPO goes: PUT acked -> entry queued (populator) -> COMPLETED (pipeline)."""
+    queued = topic_times(brokers, "crossbeat-replication", bucket)
+    to_queue, to_done = [], []
+    for i, (vid, t) in acked.items():
+        k = (f"r/{i:06d}", vid)
+        if k in queued:
+            q = queued[k] - wall_minus_mono
+            to_queue.append(q - t)
+            if k in done:
+                to_done.append(done[k] - q)
+    print(f"RPO stages: acked -> queued {_pcts(to_queue)}; queued -> COMPLETED {_pcts(to_done)}")
+
+
+def rpo(a: Any, b: Any, rate: float, seconds: float, brokers: str = "") -> list[float]:
     bucket = "rpo"
     replicated(a, b, bucket)
     body = os.urandom(SMALL)
@@ -353,6 +402,8 @@ def rpo(a: Any, b: Any, rate: float, seconds: float) -> list[float]:
           + f" = {sum(used.values()) / wall:.2f} cores")
     print(f"RPO load: {n} PUTs at {achieved:.0f}/s (target {rate:.0f}/s); "
           f"{len(done)} seen COMPLETED")
+    if brokers:
+        stages(brokers, bucket, acked, done, time.time() - time.monotonic())
     return [done.get((f"r/{i:06d}", vid), math.inf) - t for i, (vid, t) in acked.items()]
 
 
@@ -374,7 +425,7 @@ def main() -> None:
             ratio = float("nan")
             if not args.rpo_only:
                 ratio = throughput(data, a, b, base, args.small, args.large)["ratio"]
-            lat = sorted(rpo(a, b, args.rate, args.seconds))
+            lat = sorted(rpo(a, b, args.rate, args.seconds, f"127.0.0.1:{base + 2}"))
     p50 = statistics.median(lat)
     p99 = lat[min(len(lat) - 1, int(len(lat) * 0.99))]
     print(f"RPO (PUT acknowledged -> source COMPLETED): p50 {p50:.2f}s p99 {p99:.2f}s "
