@@ -60,9 +60,9 @@ def serve(gw: Gateway, sock: socket.socket, on_ready: Callable[[str], None] | No
         server_header=False,
         backlog=2048,
     )
-    # Worker threads (file I/O, SQLite) hold the GIL between their blocking calls; a short
-    # switch interval keeps the event loop from queueing 5 ms behind them at each hand-back.
-    sys.setswitchinterval(0.005)
+    # Worker threads (file I/O, SQLite) and the event loop hand the GIL back and forth at
+    # every blocking call; see `gil_switch_interval_ms`.
+    sys.setswitchinterval(switch_interval_s(settings))
     # The gateway's long-lived objects (modules, settings, caches) never become garbage:
     # freeze them out of the collector's view so that each full collection does not walk
     # them again, and collect the young generation less often (requests allocate plenty).
@@ -117,6 +117,13 @@ def _die_with_parent() -> None:
 
 def effective_workers(settings: GatewaySettings) -> int:
     return settings.workers if settings.workers > 0 else max(1, min(os.cpu_count() or 1, 4))
+
+
+def switch_interval_s(settings: GatewaySettings) -> float:
+    """The GIL switch interval for a gateway process (`gil_switch_interval_ms`)."""
+    if settings.gil_switch_interval_ms is not None:
+        return settings.gil_switch_interval_ms / 1000
+    return 0.0005 if effective_workers(settings) == 1 else 0.005
 
 
 def run_gateway(
