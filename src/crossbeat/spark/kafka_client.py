@@ -121,7 +121,9 @@ class PauseGate:
         deadline = time.monotonic() + (timeout if self._synced else self.SYNC_TIMEOUT_S)
         at_end: set[int] = set()
         while time.monotonic() < deadline:
-            msg = self._consumer.poll(0.1)
+            # Once synced, take only what librdkafka has already fetched in the background:
+            # a blocking poll would add its timeout to every micro-batch that checks the gate.
+            msg = self._consumer.poll(0 if self._synced else 0.1)
             if msg is None:
                 if self._synced:
                     break
