@@ -15,8 +15,9 @@ Setting the status in the replication batch puts one micro-batch, not two, betwe
 and its COMPLETED status; the status pipeline remains the path that waits out a source
 that did not answer, and the topic still carries every outcome.
 
-Both are idempotent per record, so a batch replayed after a crash (same batch id, same
-offsets) is harmless; the Spark checkpoint under the data dir is the restart point.
+Both are idempotent per record, so a batch replayed after a crash (the batches since the
+last progress written, see `_start`) is harmless; the Spark checkpoint under the data dir
+is the restart point.
 """
 
 from __future__ import annotations
@@ -131,12 +132,19 @@ def _stream(spark: Any, ps: PipelineSettings, topic: str, group: str, **extra: s
 
 
 def _start(df: Any, ps: PipelineSettings, name: str, fn: Any, trigger_ms: int | None = None) -> Any:
-    def batch(batch_df: Any, batch_id: int) -> None:
-        batch_df.mapInArrow(fn, COUNT_SCHEMA).collect()
+    """Run `fn` (a mapInArrow function with side effects) over each micro-batch.
 
+    The work is the mapInArrow itself, written to the `noop` sink: unlike foreachBatch, no
+    call back into the Python driver and no new DataFrame to analyse per batch. Progress
+    (offset and commit logs, source commits) is tracked asynchronously: a batch no longer
+    waits ~0.2-0.7 s for two checkpoint files on a busy disk. After a crash the query
+    resumes from the last progress written, up to about a second behind; the batches since
+    are replayed, which the idempotent processors allow (as with any at-least-once sink).
+    """
     return (
-        df.writeStream.queryName(name)
-        .foreachBatch(batch)
+        df.mapInArrow(fn, COUNT_SCHEMA).writeStream.queryName(name)
+        .format("noop")
+        .option("asyncProgressTrackingEnabled", "true")
         .option("checkpointLocation", str(ps.checkpoint_dir(name)))
         .trigger(processingTime=f"{ps.trigger_ms if trigger_ms is None else trigger_ms} milliseconds")
         .start()
@@ -230,15 +238,17 @@ def warm_workers(spark: Any) -> None:
 
 
 def _report(query: Any, reported: dict[str, int]) -> None:
-    """Log the last batch that had input, once: rows and where its time went."""
-    progress = query.lastProgress
-    if not progress or not progress.get("numInputRows"):
-        return
-    if reported.get(query.name) == progress["batchId"]:
-        return
-    reported[query.name] = progress["batchId"]
-    log.info("%s batch %s: %s rows, %s", query.name, progress["batchId"],
-             progress["numInputRows"], progress.get("durationMs"))
+    """Log each batch that had input, once: rows and where its time went."""
+    last = reported.get(query.name, -1)
+    for progress in query.recentProgress:
+        if progress["batchId"] <= last:
+            continue
+        last = progress["batchId"]
+        if progress.get("numInputRows"):
+            log.info("%s batch %s at %s: %s rows, %s", query.name, progress["batchId"],
+                     progress.get("timestamp"), progress["numInputRows"],
+                     progress.get("durationMs"))
+    reported[query.name] = last
 
 
 def _restart(spark: Any, name: str, ps: PipelineSettings, rs: ReplicationSettings) -> Any:
