@@ -177,7 +177,7 @@ def start_status(spark: Any, ps: PipelineSettings, rs: ReplicationSettings) -> l
     trigger_ms = ps.status_trigger_ms
     if trigger_ms is None:
         # with the outcomes set inline, this query only has leftovers: no hurry, less work
-        trigger_ms = max(ps.trigger_ms, 1000) if rs.apply_status_inline else ps.trigger_ms
+        trigger_ms = max(ps.trigger_ms, 5000) if rs.apply_status_inline else ps.trigger_ms
     return [_start(df, ps, "replication-status", status_partition(token, rs), trigger_ms)]
 
 

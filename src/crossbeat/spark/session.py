@@ -24,6 +24,8 @@ def build_session(master: str = "local[*]", app_name: str = "crossbeat", **conf:
         SparkSession.builder.master(master)
         .appName(app_name)
         .config("spark.ui.enabled", "false")
+        # the console progress bar redraws into the pipelines' log at every stage
+        .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.python.worker.reuse", "true")
         .config("spark.pyspark.python", sys.executable)

@@ -20,8 +20,10 @@ class PipelineSettings(BaseSettings):
     data_dir: Path = Path("./data")
     master: str = "local[*]"
     trigger_ms: int = Field(default=250, ge=0)
-    # The status query's trigger; by default `trigger_ms`, or at least 1 s when the
-    # replication pipeline sets statuses itself (`apply_status_inline`).
+    # The status query's trigger; by default `trigger_ms`, or at least 5 s when the
+    # replication pipeline sets statuses itself (`apply_status_inline`): the query then
+    # only has what the source did not take at once, while each micro-batch has a fixed
+    # cost in the Spark driver even when every outcome in it is skipped.
     status_trigger_ms: int | None = Field(default=None, ge=0)
     # The most records one micro-batch takes from a backlog. Large enough that a burst of
     # mixed sizes lands in one batch, where large versions stream beside the batched small
