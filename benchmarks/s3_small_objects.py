@@ -10,6 +10,11 @@ them back) and reported as the median: on a machine whose other load varies over
 measuring one server after the other would compare different machines. Each round's
 figures are printed too.
 
+The client's files (what s5cmd uploads, what it downloads and deletes after each round) live
+on tmpfs (/dev/shm) when there is one, the servers' data on disk: a load generator on the
+servers' filesystem churns it (2,000 files written and unlinked per round) in a way a
+remote client would not, and slows inode allocation for whichever server comes next.
+
 Durability of each side (stated, not equal):
 - crossbeat: a PUT is acknowledged after its chunk file and manifest are fsynced and its
   metadata + journal entry are committed with synchronous=FULL (group commit).
@@ -214,21 +219,23 @@ def main() -> None:
     factories = [(name, f) for name, f in (("crossbeat", crossbeat), ("seaweedfs", seaweedfs), ("moto", moto))
                  if name in args.only]
     results: dict[str, dict[str, float]] = {}
-    with tempfile.TemporaryDirectory(prefix="s3bench-") as t, ExitStack() as stack:
-        tmp = Path(t)
+    shm = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+    with tempfile.TemporaryDirectory(prefix="s3bench-") as t, \
+            tempfile.TemporaryDirectory(prefix="s3bench-client-", dir=shm) as c, ExitStack() as stack:
+        tmp, client = Path(t), Path(c)
         servers = [stack.enter_context(factory(tmp)) for _, factory in factories]
         for server in servers:
             s3(server.url).create_bucket(Bucket="bench")
-        small = small_files(tmp, args.objects)
+        small = small_files(client, args.objects)
         rounds: dict[str, list[tuple[float, float]]] = {server.name: [] for server in servers}
         for r in range(args.rounds):
             order = servers[r % len(servers):] + servers[: r % len(servers)]
             for server in order:
-                rounds[server.name].append(small_round(server, tmp, small, args.objects, args.workers, r))
+                rounds[server.name].append(small_round(server, client, small, args.objects, args.workers, r))
             print(f"round {r}: " + "  ".join(
                 f"{name} PUT {rs[-1][0]:.0f} GET {rs[-1][1]:.0f}" for name, rs in rounds.items()), flush=True)
         for server in servers:
-            res = measure_rest(server, tmp, args.objects, args.large, args.workers)
+            res = measure_rest(server, client, args.objects, args.large, args.workers)
             res["put_ops"] = statistics.median(p for p, _ in rounds[server.name])
             res["get_ops"] = statistics.median(g for _, g in rounds[server.name])
             results[server.name] = res
