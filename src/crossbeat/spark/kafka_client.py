@@ -14,6 +14,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaExcepti
 
 from crossbeat.errors import CrossbeatError
 from crossbeat.spark.offsets import Offsets
+from crossbeat.spark.worker_heap import freeze_heap
 
 log = logging.getLogger(__name__)
 
@@ -224,6 +225,7 @@ def _reader(brokers: str) -> Consumer:
         # delay the first fetch of the next one by that much.
         extra: dict[str, Any] = {"fetch.wait.max.ms": 10}
         _READERS[brokers] = consumer(brokers, None, **extra)
+        freeze_heap()  # the worker's modules and this reader live as long as the worker
     return _READERS[brokers]
 
 

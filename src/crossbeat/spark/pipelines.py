@@ -44,6 +44,7 @@ from crossbeat.extensions.replication.status_updater import StatusUpdater
 from crossbeat.populator.extension import Message, message_key
 from crossbeat.populator.publisher import Publisher, ensure_topics
 from crossbeat.spark.settings import PipelineSettings
+from crossbeat.spark.worker_heap import freeze_heap
 
 log = logging.getLogger(__name__)
 COUNT_SCHEMA = "n long"
@@ -57,6 +58,7 @@ def _cached(token: str, what: str, make: Callable[[], Any]) -> Any:
     key = (token, what)
     if key not in _WORKER_CACHE:
         _WORKER_CACHE[key] = make()
+        freeze_heap()  # the client lives as long as the worker: out of the per-task GC
     return _WORKER_CACHE[key]
 
 
@@ -224,6 +226,7 @@ def _warm(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     import crossbeat.extensions.replication.status_updater  # noqa: F401
     import crossbeat.spark.kafka_client  # noqa: F401
 
+    freeze_heap()
     yield from batches
 
 
