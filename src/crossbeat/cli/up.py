@@ -187,12 +187,12 @@ def up(data_dir: Path, port_base: int, master: str) -> None:
     cfg = _config(data_dir, port_base)
     env = {**os.environ, "CROSSBEAT_ACCESS_KEY": ak, "CROSSBEAT_SECRET_KEY": sk,
            "PYTHONUNBUFFERED": "1"}
-    # Both sites, the broker, the populator and Spark share this machine's cores: one
-    # process per gateway (unless CROSSBEAT_WORKERS says otherwise) avoids two workers
-    # contending for one SQLite write lock and journal long-polls that wait for another
-    # process's commits. (benchmarks/replication.py at 200 PUT/s on 2 cores: RPO p99
-    # 10.4-14.7 s with one worker, 14.9-15.5 s with two; the spread between runs is wide.)
-    env.setdefault("CROSSBEAT_WORKERS", "1")
+    # Each gateway runs its default number of processes (one per core, at most 4; or
+    # CROSSBEAT_WORKERS). With the replication pipeline's batches no longer waiting on
+    # Python workers' garbage collection, one process per gateway became the limit: its
+    # threads queue for one GIL at every syscall of a batch of replicas.
+    # (benchmarks/replication.py --rpo-only, 200 PUT/s on 2 cores, interleaved runs: RPO
+    # p99 1.43-2.35 s, median ~1.85, with two processes; 1.41-4.40 s, median ~2.15, with one.)
     logs = data_dir / "logs"
 
     def child(name: str, *args: str) -> Child:
