@@ -352,11 +352,16 @@ def topic_times(brokers: str, topic: str, bucket: str) -> dict[tuple[str, str], 
         c.close()
 
 
-def _pcts(xs: list[float]) -> str:
+def p50_p99(xs: list[float]) -> tuple[float, float]:
     xs = sorted(xs)
+    return statistics.median(xs), xs[min(len(xs) - 1, int(len(xs) * 0.99))]
+
+
+def _pcts(xs: list[float]) -> str:
     if not xs:
         return "n/a"
-    return f"p50 {statistics.median(xs):.2f}s p99 {xs[min(len(xs) - 1, int(len(xs) * 0.99))]:.2f}s"
+    p50, p99 = p50_p99(xs)
+    return f"p50 {p50:.2f}s p99 {p99:.2f}s"
 
 
 def stages(brokers: str, bucket: str, acked: dict[int, tuple[str, float]],
@@ -374,7 +379,7 @@ def stages(brokers: str, bucket: str, acked: dict[int, tuple[str, float]],
     print(f"RPO stages: acked -> queued {_pcts(to_queue)}; queued -> COMPLETED {_pcts(to_done)}")
 
 
-def rpo(a: Any, b: Any, rate: float, seconds: float, brokers: str = "") -> list[float]:
+def rpo(a: Any, b: Any, rate: float, seconds: float, brokers: str) -> list[float]:
     bucket = "rpo"
     replicated(a, b, bucket)
     body = os.urandom(SMALL)
@@ -402,8 +407,7 @@ def rpo(a: Any, b: Any, rate: float, seconds: float, brokers: str = "") -> list[
           + f" = {sum(used.values()) / wall:.2f} cores")
     print(f"RPO load: {n} PUTs at {achieved:.0f}/s (target {rate:.0f}/s); "
           f"{len(done)} seen COMPLETED")
-    if brokers:
-        stages(brokers, bucket, acked, done, time.time() - time.monotonic())
+    stages(brokers, bucket, acked, done, time.time() - time.monotonic())
     return [done.get((f"r/{i:06d}", vid), math.inf) - t for i, (vid, t) in acked.items()]
 
 
@@ -425,9 +429,8 @@ def main() -> None:
             ratio = float("nan")
             if not args.rpo_only:
                 ratio = throughput(data, a, b, base, args.small, args.large)["ratio"]
-            lat = sorted(rpo(a, b, args.rate, args.seconds, f"127.0.0.1:{base + 2}"))
-    p50 = statistics.median(lat)
-    p99 = lat[min(len(lat) - 1, int(len(lat) * 0.99))]
+            lat = rpo(a, b, args.rate, args.seconds, f"127.0.0.1:{base + 2}")
+    p50, p99 = p50_p99(lat)
     print(f"RPO (PUT acknowledged -> source COMPLETED): p50 {p50:.2f}s p99 {p99:.2f}s "
           f"over {len(lat)} versions")
     print(f"objects_ratio_vs_rclone={ratio:.2f} rpo_p99_s={p99:.2f}")
