@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
+from pydantic_settings import BaseSettings, EnvSettingsSource, SettingsError
 
 from crossbeat.errors import ConfigError
 
@@ -34,14 +35,19 @@ def load_toml(path: str | Path | None) -> dict[str, Any]:
 
 
 def section_settings(model: type[M], document: dict[str, Any], section: str, **overrides: Any) -> M:
-    """Build `model` from `document[section]` plus explicit overrides (CLI flags win).
+    """Build `model` from `document[section]`, the environment and explicit overrides.
 
-    Overrides whose value is None are ignored so that unset CLI flags fall through to the
-    file, then to the environment, then to the model's defaults.
+    Precedence, highest first: overrides (CLI flags), `CROSSBEAT_…` environment variables,
+    the file's section, the model's defaults. Overrides whose value is None are ignored, so
+    an unset CLI flag falls through to the environment, then to the file.
     """
     data = dict(document.get(section, {}))
-    data.update({k: v for k, v in overrides.items() if v is not None})
     try:
+        if issubclass(model, BaseSettings):
+            # pydantic-settings ranks init arguments above the environment, and the file's
+            # values reach the model as init arguments: lay the environment over them here.
+            data.update(EnvSettingsSource(model)())
+        data.update({k: v for k, v in overrides.items() if v is not None})
         return model(**data)
-    except ValidationError as exc:
+    except (ValidationError, SettingsError) as exc:
         raise ConfigError(f"invalid [{section}] settings: {exc}") from exc

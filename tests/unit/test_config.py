@@ -1,0 +1,68 @@
+"""Settings precedence (ARCHITECTURE.md, Settings): CLI flags, then `CROSSBEAT_…`
+environment variables, then the TOML file, then the models' defaults."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from crossbeat.config import load_toml, section_settings
+from crossbeat.errors import ConfigError
+from crossbeat.metadata.settings import MetadataSettings
+from crossbeat.s3.settings import GatewaySettings
+
+
+@pytest.fixture
+def document(tmp_path: Path) -> dict:
+    path = tmp_path / "crossbeat.toml"
+    path.write_text(
+        '[gateway]\nregion = "from-file"\nchunk_size = 1024\n'
+        '[[gateway.users]]\naccess_key = "FILEUSER"\nsecret_key = "file-secret"\n'
+    )
+    return load_toml(path)
+
+
+def test_the_file_wins_over_the_defaults(document: dict) -> None:
+    settings = section_settings(GatewaySettings, document, "gateway")
+    assert settings.region == "from-file"
+    assert settings.chunk_size == 1024
+    assert settings.site == "a"  # default, in neither
+
+
+def test_the_environment_overrides_the_file(document: dict, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CROSSBEAT_REGION", "from-env")
+    monkeypatch.setenv("CROSSBEAT_USERS", '[{"access_key": "ENVUSER", "secret_key": "s"}]')
+    settings = section_settings(GatewaySettings, document, "gateway")
+    assert settings.region == "from-env"
+    assert [u.access_key for u in settings.users] == ["ENVUSER"]
+    assert settings.chunk_size == 1024  # not in the environment: the file's value stands
+
+
+def test_cli_flags_override_the_environment(document: dict, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CROSSBEAT_REGION", "from-env")
+    monkeypatch.setenv("CROSSBEAT_SITE", "env-site")
+    settings = section_settings(GatewaySettings, document, "gateway", region="from-flag", site=None)
+    assert settings.region == "from-flag"
+    assert settings.site == "env-site"  # an unset flag (None) falls through to the environment
+
+
+def test_a_bad_environment_value_is_a_clear_error(document: dict, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CROSSBEAT_CHUNK_SIZE", "lots")
+    with pytest.raises(ConfigError, match=r"(?s)invalid \[gateway\] settings.*chunk_size"):
+        section_settings(GatewaySettings, document, "gateway")
+
+
+def test_malformed_json_in_the_environment_is_a_clear_error(
+    document: dict, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CROSSBEAT_USERS", "[{not json")
+    with pytest.raises(ConfigError, match=r"(?s)invalid \[gateway\] settings.*users"):
+        section_settings(GatewaySettings, document, "gateway")
+
+
+def test_a_component_prefix_only_reads_its_own_variables(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CROSSBEAT_METADATA_MAX_BATCH", "64")
+    monkeypatch.setenv("CROSSBEAT_REGION", "from-env")  # the gateway's: the store forbids extras
+    settings = section_settings(MetadataSettings, {"metadata": {"max_batch": 8}}, "metadata")
+    assert settings.max_batch == 64
