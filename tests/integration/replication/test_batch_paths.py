@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import crc32c
 import orjson
 import pytest
 
@@ -27,6 +29,7 @@ from tests.support.gateway import ROOT_AK, ROOT_SK, running_gateway, s3_client, 
 from tests.support.procs import Service
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
+MiB = 1024 * 1024
 
 RULE = {
     "Role": "arn:aws:iam::000000000000:role/crossbeat",
@@ -123,6 +126,54 @@ def test_small_versions_markers_and_a_large_one_replicate_identically(
     # Redelivered outcomes change nothing; a redelivered batch finds every site COMPLETED.
     assert updater.apply_batch(outcomes) == [UNCHANGED] * len(outcomes)
     assert processor.process_batch(entries) == []
+
+
+def test_large_versions_relay_in_parts_that_crc32c_checks(sites: tuple[Service, Service]) -> None:
+    a, b = sites
+    make_buckets(a, b, "parts")
+    sa, sb = s3_client(a.url), s3_client(b.url)
+    body = os.urandom(11 * MiB + 7)  # three parts of 5 MiB: the buffer path
+    sa.put_object(Bucket="parts", Key="big", Body=body, Metadata={"m": "1"})
+    rs = settings(a, b).model_copy(
+        update={"multipart_threshold_bytes": 5 * MiB, "part_size_bytes": 5 * MiB})
+    outcomes = ReplicationProcessor(rs, "b").process_batch(entries_of(sa, "parts", size_hints=True))
+    assert [o.status for o in outcomes] == ["COMPLETED"]
+    src = sa.head_object(Bucket="parts", Key="big")
+    got = sb.get_object(Bucket="parts", Key="big")
+    assert got["Body"].read() == body
+    assert got["ETag"] == src["ETag"] and got["VersionId"] == src["VersionId"]
+    assert got["Metadata"] == {"m": "1"} and got["ReplicationStatus"] == "REPLICA"
+
+
+def test_the_data_route_checks_a_crc32c_and_can_skip_the_md5(
+    sites: tuple[Service, Service], tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    _, b = sites
+    sb = s3_client(b.url)
+    sb.create_bucket(Bucket="data-route")
+
+    def stored() -> int:  # pytest also links the newest "batchN" as "batchcurrent"
+        return len(list(tmp_path_factory.getbasetemp().glob("batch[0-9]*/b/**/manifest.json")))
+
+    data = os.urandom(70_000)
+    crc = base64.b64encode(crc32c.crc32c(data).to_bytes(4, "big")).decode()
+    url = f"{b.url}/_/crossbeat/data/data-route/k"
+    before = stored()
+    wrong = base64.b64encode((crc32c.crc32c(data) ^ 1).to_bytes(4, "big")).decode()
+    refused = signed("PUT", url + "?md5=0", data, {"x-amz-checksum-crc32c": wrong})
+    assert refused.status_code == 400 and "<Code>BadDigest</Code>" in refused.text
+    assert stored() == before  # nothing written
+    ok = signed("PUT", url + "?md5=0", data, {"x-amz-checksum-crc32c": crc})
+    assert ok.status_code == 200, ok.text
+    assert ok.json()["md5"] == "" and ok.json()["location"][0]["size"] == len(data)
+    assert stored() == before + 1
+    # by default the md5 is computed and returned
+    default = signed("PUT", url, data).json()
+    assert default["md5"] == hashlib.md5(data).hexdigest()
+    # a Content-MD5 is verified even when the md5 is not wanted
+    bad_md5 = base64.b64encode(hashlib.md5(b"other").digest()).decode()
+    refused = signed("PUT", url + "?md5=0", data, {"content-md5": bad_md5})
+    assert refused.status_code == 400 and "<Code>BadDigest</Code>" in refused.text
 
 
 def test_try_batch_sets_what_it_can_and_leaves_the_rest_without_waiting(
