@@ -24,7 +24,13 @@ from crossbeat.metadata.errors import InvalidMetadata, MetadataError, StoreClose
 from crossbeat.metadata.models import Bucket, JournalEntry
 from crossbeat.metadata.schema import connect, initialise
 from crossbeat.metadata.settings import MetadataSettings
-from crossbeat.metadata.store import Meta, MetadataStore, Precondition
+from crossbeat.metadata.store import (
+    BuildVersion,
+    BuiltOutcome,
+    Meta,
+    MetadataStore,
+    Precondition,
+)
 from crossbeat.metadata.writer import GroupCommitWriter, WriterStats, WriteTxn
 
 T = TypeVar("T")
@@ -45,6 +51,43 @@ def _per_item(results: list[T | BaseException]) -> list[T | MetadataError]:
         if isinstance(r, BaseException) and (not isinstance(r, MetadataError) or isinstance(r, StoreClosed)):
             raise r
         out.append(r)
+    return out
+
+
+class _ItemRefused(Exception):
+    """An item of a group was refused by the store: run the group again, isolated."""
+
+
+def _store_built(
+    txn: WriteTxn, items: Sequence[tuple[str, BuildVersion]], *, isolate: bool
+) -> list[BuiltOutcome]:
+    seen: dict[str, Bucket | None] = {}
+    out: list[BuiltOutcome] = []
+    conn = txn.conn
+    for name, build in items:
+        try:
+            if name not in seen:
+                seen[name] = buckets.get(conn, name)
+            meta = build(seen[name])
+        except Exception as exc:  # noqa: BLE001 - refused before anything was written
+            out.append(exc)
+            continue
+        if isolate:
+            conn.execute("SAVEPOINT item")
+            seq = txn.last_seq
+        try:
+            _, displaced = versions.put(txn, meta, None, bucket_checked=seen[name] is not None)
+        except MetadataError as exc:
+            if not isolate:
+                raise _ItemRefused from exc
+            conn.execute("ROLLBACK TO item")
+            conn.execute("RELEASE item")
+            txn.last_seq = seq
+            out.append(exc)
+            continue
+        if isolate:
+            conn.execute("RELEASE item")
+        out.append((meta, displaced))
     return out
 
 
@@ -196,6 +239,31 @@ class SqliteMetadataStore(MetadataStore):
             return lambda txn: versions.put(txn, meta, None)[1]
 
         return _per_item(self._writer.submit_many([op(m) for m in metas]))
+
+    def put_built_versions(
+        self,
+        items: Sequence[tuple[str, BuildVersion]],
+        done: Callable[[list[BuiltOutcome]], None],
+    ) -> None:
+        """One writer operation for the group, queued without waiting (see the interface).
+
+        Buckets are read and versions built inside the write transaction. Items are stored
+        without a savepoint each (every statement is a GIL hand-off between this thread and
+        the event loop); if one is refused by the store, the operation is undone and run
+        again with a savepoint per item, so that only the refused one is left out.
+        """
+
+        def op(txn: WriteTxn) -> list[BuiltOutcome]:
+            try:
+                return _store_built(txn, items, isolate=False)
+            except _ItemRefused:
+                txn.undo_operation()
+                return _store_built(txn, items, isolate=True)
+
+        def finished(ok: bool, value: Any) -> None:
+            done(value if ok else [value] * len(items))
+
+        self._writer.submit_nowait(op, finished)
 
     def update_versions(self, updates: Sequence[tuple[Meta, int]]) -> list[Meta | MetadataError]:
         def op(meta: Meta, expected: int) -> Callable[[WriteTxn], Meta]:

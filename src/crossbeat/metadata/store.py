@@ -29,6 +29,11 @@ from crossbeat.metadata.models import Bucket, JournalEntry
 
 Meta = dict[str, Any]
 Precondition = Callable[[Meta | None], None]
+# Makes the version to store from its bucket as the committing transaction sees it (None if
+# the bucket is gone); raises to refuse that version.
+BuildVersion = Callable[[Bucket | None], Meta]
+# Per built version: (the version stored, the versions it displaced), or what refused it.
+BuiltOutcome = tuple[Meta, list[Meta]] | BaseException
 
 
 class MetadataStore(abc.ABC):
@@ -104,6 +109,49 @@ class MetadataStore(abc.ABC):
             except MetadataError as exc:
                 out.append(exc)
         return out
+
+    def put_built_versions(
+        self,
+        items: Sequence[tuple[str, BuildVersion]],
+        done: Callable[[list[BuiltOutcome]], None],
+    ) -> None:
+        """Store versions that are built at commit time, as one group.
+
+        For each (bucket name, build), `build(bucket)` gets the bucket as the storing
+        transaction sees it (None if it is gone) and returns the version to store, or raises
+        to refuse that item alone. `done(outcomes)` gets one outcome per item, in order, once
+        every stored version is durable. An error that fails the whole commit (I/O) is every
+        item's outcome. `done` may run on another thread after this returns; it must be quick
+        and must not raise. StoreClosed, raised here, if the store is closed.
+
+        This default runs synchronously through `get_bucket` and `put_versions`; a store
+        overrides it to build inside its transaction without blocking the caller.
+        """
+        seen: dict[str, Bucket | None] = {}
+        outcomes: list[BuiltOutcome | None] = []
+        built: list[tuple[int, Meta]] = []
+        for name, build in items:
+            try:
+                if name not in seen:
+                    seen[name] = self.get_bucket(name)
+                meta = build(seen[name])
+            except StoreClosed:
+                raise
+            except Exception as exc:  # noqa: BLE001 - that item's outcome
+                outcomes.append(exc)
+                continue
+            built.append((len(outcomes), meta))
+            outcomes.append(None)
+        stored: list[list[Meta] | MetadataError] | list[Exception]
+        try:
+            stored = self.put_versions([meta for _, meta in built]) if built else []
+        except StoreClosed:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the outcome of every built item
+            stored = [exc] * len(built)
+        for (i, meta), result in zip(built, stored, strict=True):
+            outcomes[i] = result if isinstance(result, BaseException) else (meta, result)
+        done([o for o in outcomes if o is not None])
 
     def update_versions(self, updates: Sequence[tuple[Meta, int]]) -> list[Meta | MetadataError]:
         """`update_version` for each (new metadata, expected revision), identity taken from

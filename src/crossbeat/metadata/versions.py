@@ -79,8 +79,13 @@ def _latest_after_insert(conn: sqlite3.Connection, bucket: str, key: str) -> str
     return str(row[0])
 
 
-def put(txn: WriteTxn, meta: Meta, precondition: Precondition | None) -> tuple[Meta, list[Meta]]:
-    """Store `meta`; returns (stored meta, displaced versions). See MetadataStore.put_version."""
+def put(
+    txn: WriteTxn, meta: Meta, precondition: Precondition | None, *, bucket_checked: bool = False
+) -> tuple[Meta, list[Meta]]:
+    """Store `meta`; returns (stored meta, displaced versions). See MetadataStore.put_version.
+
+    `bucket_checked`: the caller has seen the bucket in this transaction (skip the check).
+    """
     if not isinstance(meta, dict):
         raise InvalidMetadata("version metadata must be a dict")
     bucket = require_str(meta, "bucket")
@@ -91,7 +96,8 @@ def put(txn: WriteTxn, meta: Meta, precondition: Precondition | None) -> tuple[M
         raise InvalidMetadata(f"sortKey must be a string, got {sort_key!r}")
     check_text(sort_key, "sortKey")
     conn = txn.conn
-    buckets.require_exists(conn, bucket)
+    if not bucket_checked:
+        buckets.require_exists(conn, bucket)
     if precondition is not None:
         precondition(get(conn, bucket, key, None))
 

@@ -34,6 +34,7 @@ class WriteTxn:
     def __init__(self, conn: sqlite3.Connection, last_seq: int, ts: str) -> None:
         self.conn = conn
         self.last_seq = last_seq  # seq of the newest journal entry in this transaction so far
+        self._op_seq = last_seq  # last_seq when the current operation began
         # One timestamp per batch: its entries become visible together, and reading the
         # clock once per batch instead of per entry keeps the writer thread lean.
         self.ts = ts
@@ -56,11 +57,31 @@ class WriteTxn:
         self.last_seq = seq
         return seq
 
+    def begin_operation(self) -> None:
+        """(writer) An operation starts: SAVEPOINT op; `undo_operation` returns here."""
+        self.conn.execute("SAVEPOINT op")
+        self._op_seq = self.last_seq
+
+    def undo_operation(self) -> None:
+        """Roll back everything the current operation did so far (its journal seqs too); the
+        operation may go on and write again, inside the same savepoint."""
+        self.conn.execute("ROLLBACK TO op")
+        self.last_seq = self._op_seq
+
+    def end_operation(self, ok: bool) -> None:
+        """(writer) Keep (ok) or roll back the operation, and release its savepoint."""
+        if not ok:
+            self.undo_operation()
+        self.conn.execute("RELEASE op")
+
 
 @dataclass
 class _Op:
     fn: Callable[[WriteTxn], Any]
-    future: Future[Any]
+    future: Future[Any] | None = None
+    # instead of a future: called on the writer thread once the batch is durable (or
+    # failed) with (True, result) or (False, exception); it must be quick and not raise
+    done: Callable[[bool, Any], None] | None = None
 
 
 @dataclass
@@ -114,8 +135,17 @@ class GroupCommitWriter:
         with self._close_lock:
             if self._closed:
                 raise StoreClosed("metadata store is closed")
-            self._queue.put(_Op(fn, future))
+            self._queue.put(_Op(fn, future=future))
         return future.result()
+
+    def submit_nowait(self, fn: Callable[[WriteTxn], T], done: Callable[[bool, Any], None]) -> None:
+        """Queue `fn` like `submit`, without waiting: `done(ok, result_or_exception)` runs on
+        the writer thread once its batch is durable (or has failed). `done` must be quick
+        (every commit behind it waits) and must not raise. StoreClosed if closed."""
+        with self._close_lock:
+            if self._closed:
+                raise StoreClosed("metadata store is closed")
+            self._queue.put(_Op(fn, done=done))
 
     def submit_many(self, fns: Sequence[Callable[[WriteTxn], T]]) -> list[T | BaseException]:
         """Run each of `fns` as its own operation, all queued at once so they share as few
@@ -129,7 +159,7 @@ class GroupCommitWriter:
             if self._closed:
                 raise StoreClosed("metadata store is closed")
             for fn, future in zip(fns, futures, strict=True):
-                self._queue.put(_Op(fn, future))
+                self._queue.put(_Op(fn, future=future))
         out: list[T | BaseException] = []
         for future in futures:
             exc = future.exception()
@@ -186,25 +216,23 @@ class GroupCommitWriter:
 
     def _run_batch(self, batch: list[_Op]) -> None:
         outcomes: list[tuple[bool, Any]] = []
+        live: list[_Op] = []  # the operations that run (not cancelled)
         conn = self._conn
         try:
             self._begin(conn)
             txn = WriteTxn(conn, self._last_seq(conn), self._now())
             for op in batch:
-                if not op.future.set_running_or_notify_cancel():
-                    outcomes.append((False, None))
+                if op.future is not None and not op.future.set_running_or_notify_cancel():
                     continue
-                seq_before = txn.last_seq
-                conn.execute("SAVEPOINT op")
+                live.append(op)
+                txn.begin_operation()
                 try:
                     result = op.fn(txn)
                 except BaseException as exc:  # the caller gets it; the batch goes on
-                    conn.execute("ROLLBACK TO op")
-                    conn.execute("RELEASE op")
-                    txn.last_seq = seq_before
+                    txn.end_operation(False)
                     outcomes.append((False, exc))
                 else:
-                    conn.execute("RELEASE op")
+                    txn.end_operation(True)
                     outcomes.append((True, result))
             conn.execute("COMMIT")
         except BaseException as exc:
@@ -213,16 +241,21 @@ class GroupCommitWriter:
                 with contextlib.suppress(sqlite3.Error):
                     conn.execute("ROLLBACK")
             for op in batch:
-                if op.future.running():
-                    op.future.set_exception(exc)
+                if op.future is None or op.future.running():
+                    _deliver(op, False, exc)
             return
         self.stats.commits += 1
         self.stats.operations += len(batch)
         self._on_commit(txn.last_seq)
-        for op, (ok, value) in zip(batch, outcomes, strict=True):
-            if not op.future.running():
-                continue
-            if ok:
-                op.future.set_result(value)
-            else:
-                op.future.set_exception(value)
+        for op, (ok, value) in zip(live, outcomes, strict=True):
+            _deliver(op, ok, value)
+
+
+def _deliver(op: _Op, ok: bool, value: Any) -> None:
+    if op.done is not None:
+        op.done(ok, value)
+    elif op.future is not None and op.future.running():
+        if ok:
+            op.future.set_result(value)
+        else:
+            op.future.set_exception(value)

@@ -5,16 +5,19 @@ A small PUT's body is verified and its files are staged on the event loop
 
 1. the sync thread takes every staged object queued so far and commits them: the first
    commit runs one shared syncfs (see `repositories.syncgroup`), which covers the rest;
-2. the metadata thread builds each object's version from the bucket as it is now (read once
-   per bucket and batch) and stores the batch with one `put_versions` call (one SQLite
-   transaction, one fsync); it frees displaced data, and deletes the data of any object
-   whose metadata was refused;
-3. one loop callback per batch resolves the waiting requests.
+2. it hands the group to the metadata store (`put_built_versions`) without waiting: the
+   store's writer thread reads each bucket once, builds each object's version from the
+   bucket as it is at commit time, and stores the group in one transaction (one fsync);
+3. once that is durable, the writer thread's callback schedules one loop callback per group,
+   which resolves the waiting requests, and hands data to free (versions displaced, objects
+   whose metadata was refused) to the gateway's worker threads.
 
 The durability contract is the one-by-one path's: metadata is committed only once the data
 it points at is durable, and a request is answered only once its metadata is durable. The
-two threads form a pipeline, so a batch syncs while the previous one commits. Each request
-still costs the event loop its own parsing and file writes; the threads' cost is per batch.
+sync thread and the store's writer form a pipeline, so a group syncs while the previous one
+commits, and no thread in between hands groups on: each hand-off is a wake-up and a GIL
+exchange with the event loop. Each request still costs the event loop its own parsing and
+file writes; the threads' cost is per group.
 """
 
 from __future__ import annotations
@@ -25,12 +28,13 @@ import logging
 import queue
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from crossbeat.metadata import Bucket
-from crossbeat.metadata.errors import MetadataError
 from crossbeat.metadata.errors import NoSuchBucket as MetadataNoSuchBucket
+from crossbeat.metadata.store import BuiltOutcome
 from crossbeat.repositories import ObjectWriter
 from crossbeat.s3.body import Checksums
 from crossbeat.s3.errors import S3Error
@@ -56,23 +60,22 @@ class _Put:
     written: Written | None = None
     meta: Meta | None = None
     error: BaseException | None = None
-    displaced: list[Meta] = field(default_factory=list)
 
 
 class PutBatcher:
-    """Per gateway process: the sync and metadata threads, started on first use."""
+    """Per gateway process: the sync thread, started on first use."""
 
     def __init__(self, gw: Gateway) -> None:
         self._gw = gw
         self._sync_queue: queue.SimpleQueue[list[_Put] | None] = queue.SimpleQueue()
-        self._meta_queue: queue.SimpleQueue[list[_Put] | None] = queue.SimpleQueue()
-        self._loop: asyncio.AbstractEventLoop | None = None
         # Puts staged during one loop iteration, handed to the sync thread together: one
         # wake-up of that thread per iteration rather than one per request.
         self._staged: list[_Put] = []
         self._threads: list[threading.Thread] = []
         self._lock = threading.Lock()
         self._closed = False
+        self._in_store = 0  # groups handed to the store and not yet answered
+        self._settled = threading.Condition()
         self.batches = 0  # metadata batches committed (tests and diagnostics)
 
     async def put(
@@ -80,7 +83,8 @@ class PutBatcher:
     ) -> tuple[Written, Meta]:
         """Commit a staged object and its version; return them once both are durable.
 
-        On any failure the object's data is deleted and the error raised here.
+        On any failure the error is raised here and the object's data deleted (by a worker
+        thread, possibly after this returns).
         """
         loop = asyncio.get_running_loop()
         future: asyncio.Future[tuple[Written, Meta]] = loop.create_future()
@@ -89,7 +93,7 @@ class PutBatcher:
                 staged.abort()
                 raise S3Error("ServiceUnavailable", "The gateway is shutting down.", status=503)
             if not self._threads:
-                self._start(loop)
+                self._start()
         if not self._staged:
             loop.call_soon(self._hand_over)
         self._staged.append(_Put(staged, checksums, bucket, build, future))
@@ -111,15 +115,13 @@ class PutBatcher:
             self._sync_queue.put(None)
             for thread in threads:
                 thread.join()
+            with self._settled:  # the store commits what the sync thread handed it
+                self._settled.wait_for(lambda: self._in_store == 0, timeout=60)
 
     # -- threads ----------------------------------------------------------------------------
 
-    def _start(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
-        self._threads = [
-            threading.Thread(target=self._sync_loop, name="s3-put-sync", daemon=True),
-            threading.Thread(target=self._meta_loop, name="s3-put-meta", daemon=True),
-        ]
+    def _start(self) -> None:
+        self._threads = [threading.Thread(target=self._sync_loop, name="s3-put-sync", daemon=True)]
         for thread in self._threads:
             thread.start()
 
@@ -140,6 +142,7 @@ class PutBatcher:
                     stopping = True
                     break
                 batch.extend(more)
+            ready: list[_Put] = []
             for put in batch:
                 try:
                     # the first commit runs the sync round; the others' tickets it covers
@@ -147,72 +150,58 @@ class PutBatcher:
                 except BaseException as exc:  # noqa: BLE001 - answered to its request
                     put.staged.abort()
                     put.error = exc
-            self._meta_queue.put(batch)
-        self._meta_queue.put(None)
+                else:
+                    ready.append(put)
+            if len(ready) < len(batch):
+                self._answer([put for put in batch if put.error is not None])
+            if ready:
+                self._store(ready)
 
-    def _meta_loop(self) -> None:
-        while True:
-            batch = self._meta_queue.get()
-            if batch is None:
-                return
-            stopping = False
-            while True:  # take what else is ready: one transaction for all of it
-                try:
-                    more = self._meta_queue.get_nowait()
-                except queue.Empty:
-                    break
-                if more is None:
-                    stopping = True
-                    break
-                batch.extend(more)
-            try:
-                self._commit(batch)
-            except BaseException as exc:  # noqa: BLE001 - every request of the batch gets it
-                for put in batch:
-                    if put.error is None:
-                        put.error = exc
-                        self._free(put)
-            self.batches += 1
-            assert self._loop is not None
-            with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits any more
-                self._loop.call_soon_threadsafe(_resolve, batch)
-            if stopping:
-                return
+    def _store(self, group: list[_Put]) -> None:
+        items = [(put.bucket, partial(put.build, put.written)) for put in group if put.written is not None]
+        with self._settled:
+            self._in_store += 1
+        try:
+            self._gw.store.put_built_versions(items, partial(self._stored, group))
+        except BaseException as exc:  # noqa: BLE001 - StoreClosed: every request gets it
+            self._stored(group, [exc] * len(group))
 
-    def _commit(self, batch: list[_Put]) -> None:
-        store = self._gw.store
-        buckets: dict[str, Bucket | None] = {}
-        todo: list[_Put] = []
-        for put in batch:
-            if put.error is not None:
-                continue
-            assert put.written is not None
-            try:
-                if put.bucket not in buckets:
-                    buckets[put.bucket] = store.get_bucket(put.bucket)
-                put.meta = put.build(put.written, buckets[put.bucket])
-            except BaseException as exc:  # noqa: BLE001 - answered to its request
-                put.error = exc
-                self._free(put)
-                continue
-            todo.append(put)
-        if not todo:
-            return
-        outcomes = store.put_versions([put.meta for put in todo if put.meta is not None])
-        for put, outcome in zip(todo, outcomes, strict=True):
-            if isinstance(outcome, MetadataError):
+    def _stored(self, group: list[_Put], outcomes: list[BuiltOutcome]) -> None:
+        """(store's writer thread) The group's metadata is durable, or was refused."""
+        to_free: list[Meta] = []
+        for put, outcome in zip(group, outcomes, strict=True):
+            if isinstance(outcome, BaseException):
                 put.error = (
                     S3Error("NoSuchBucket", resource=f"/{put.bucket}", extra={"BucketName": put.bucket})
                     if isinstance(outcome, MetadataNoSuchBucket)
                     else outcome
                 )
-                self._free(put)
+                if put.written is not None:
+                    to_free.append({"location": [put.written.location.to_json()]})
             else:
-                self._gw.free_now(outcome)
+                put.meta, displaced = outcome
+                to_free += displaced
+        self.batches += 1
+        self._answer(group)
+        if any(meta.get("location") for meta in to_free):
+            # not on this thread: every commit waits behind it; a crash before the data is
+            # deleted leaves orphans that the cleanup pass removes
+            try:
+                self._gw.executor.submit(self._gw.free_now, to_free)
+            except RuntimeError:  # the executor has shut down
+                log.warning("gateway stopping: %d data objects left to the cleanup pass", len(to_free))
+        with self._settled:
+            self._in_store -= 1
+            self._settled.notify_all()
 
-    def _free(self, put: _Put) -> None:
-        if put.written is not None:
-            self._gw.free_now([{"location": [put.written.location.to_json()]}])
+    def _answer(self, puts: list[_Put]) -> None:
+        """Resolve the requests on their loop (one per gateway process; tests run several)."""
+        loops: dict[asyncio.AbstractEventLoop, list[_Put]] = {}
+        for put in puts:
+            loops.setdefault(put.future.get_loop(), []).append(put)
+        for loop, group in loops.items():
+            with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits any more
+                loop.call_soon_threadsafe(_resolve, group)
 
 
 def _resolve(batch: list[_Put]) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,7 @@ from typing import Any
 import pytest
 
 from crossbeat.metadata import Bucket
+from crossbeat.metadata.errors import InvalidMetadata
 from crossbeat.repositories import syncgroup
 from crossbeat.repositories.sfs import SfsRepository
 from crossbeat.s3.body import Checksums
@@ -76,7 +78,48 @@ def test_a_burst_of_puts_shares_syncs_and_transactions(gw: Gateway) -> None:
 def test_a_refused_version_leaves_no_data(gw: Gateway) -> None:
     results = asyncio.run(put_many(gw, "missing", 3))
     assert all(isinstance(r, S3Error) and r.code == "NoSuchBucket" for r in results)
+    # the data goes on a worker thread, after the answer: poll, with a bound
+    deadline = time.monotonic() + 10
+    while list(gw.repository("default").keys()) and time.monotonic() < deadline:
+        time.sleep(0.01)
     assert list(gw.repository("default").keys()) == []
+
+
+def test_an_overwrite_frees_the_displaced_data(gw: Gateway) -> None:
+    first = asyncio.run(put_many(gw, "b", 1))[0]
+    second = asyncio.run(put_many(gw, "b", 1))[0]  # the same key: the null version again
+    repo = gw.repository("default")
+    old, new = first[0].location.dataKey, second[0].location.dataKey
+    deadline = time.monotonic() + 10
+    while old in set(repo.keys()) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert set(repo.keys()) == {new}
+    stored = gw.store.get_version("b", "k0", None)
+    assert stored is not None and stored["location"] == second[1]["location"]
+
+
+def test_one_version_the_store_refuses_leaves_the_rest_of_its_group_stored(gw: Gateway) -> None:
+    def refused(written: Written, bucket: Bucket | None) -> dict[str, Any]:
+        return {**build_for("m3")(written, bucket), "key": ""}  # InvalidMetadata in the store
+
+    async def group() -> list[Any]:
+        repo = gw.repository("default")
+        staged = [repo.stage_bytes(os.urandom(64)) for _ in range(6)]
+        builds = [build_for(f"m{i}") if i != 3 else refused for i in range(6)]
+        return await asyncio.gather(
+            *(gw.put_batcher.put(s, checksums(), "b", f) for s, f in zip(staged, builds, strict=True) if s),
+            return_exceptions=True,
+        )
+
+    before = gw.store.last_seq()
+    results = asyncio.run(group())
+    assert [isinstance(r, InvalidMetadata) for r in results] == [False, False, False, True, False, False]
+    for i in (0, 1, 2, 4, 5):
+        assert gw.store.get_version("b", f"m{i}", None) is not None
+    # one journal entry per stored version, seqs dense: the refused one took none
+    entries = gw.store.read_journal(before, 100)
+    assert sorted(e.key for e in entries) == ["m0", "m1", "m2", "m4", "m5"]
+    assert [e.seq for e in entries] == list(range(before + 1, before + 6))
 
 
 def test_a_closed_batcher_refuses_and_writes_nothing(gw: Gateway) -> None:
