@@ -62,7 +62,8 @@ def _store_built(
     txn: WriteTxn, items: Sequence[tuple[str, BuildVersion]], *, isolate: bool
 ) -> list[BuiltOutcome]:
     seen: dict[str, Bucket | None] = {}
-    out: list[BuiltOutcome] = []
+    out: list[BuiltOutcome | None] = []
+    built: list[tuple[int, str, Meta]] = []
     conn = txn.conn
     for name, build in items:
         try:
@@ -72,23 +73,32 @@ def _store_built(
         except Exception as exc:  # noqa: BLE001 - refused before anything was written
             out.append(exc)
             continue
-        if isolate:
+        built.append((len(out), name, meta))
+        out.append(None)
+    if not isolate:
+        try:
+            displaced = versions.put_many(
+                txn, [meta for _, _, meta in built],
+                buckets_checked=all(seen[name] is not None for _, name, _ in built),
+            )  # fmt: skip
+        except MetadataError as exc:
+            raise _ItemRefused from exc
+        for (i, _, meta), gone in zip(built, displaced, strict=True):
+            out[i] = (meta, gone)
+    else:
+        for i, name, meta in built:
             conn.execute("SAVEPOINT item")
             seq = txn.last_seq
-        try:
-            _, displaced = versions.put(txn, meta, None, bucket_checked=seen[name] is not None)
-        except MetadataError as exc:
-            if not isolate:
-                raise _ItemRefused from exc
-            conn.execute("ROLLBACK TO item")
+            try:
+                _, gone = versions.put(txn, meta, None, bucket_checked=seen[name] is not None)
+            except MetadataError as exc:
+                conn.execute("ROLLBACK TO item")
+                txn.last_seq = seq
+                out[i] = exc
+            else:
+                out[i] = (meta, gone)
             conn.execute("RELEASE item")
-            txn.last_seq = seq
-            out.append(exc)
-            continue
-        if isolate:
-            conn.execute("RELEASE item")
-        out.append((meta, displaced))
-    return out
+    return [o for o in out if o is not None]
 
 
 class SqliteMetadataStore(MetadataStore):

@@ -137,6 +137,115 @@ def put(
     return stored, displaced
 
 
+# Rows per multi-row statement in `put_many` (7 parameters a row at most: far below SQLite's
+# 32766-parameter limit).
+_GROUP_ROWS = 256
+
+
+def put_many(txn: WriteTxn, metas: list[Meta], *, buckets_checked: bool = False) -> list[list[Meta]]:
+    """`put(txn, meta, None)` for each, in order, in a few multi-row statements; returns
+    each one's displaced versions.
+
+    The result (rows, `latest`, journal entries and their seqs) is the one of the puts run
+    one after another. The statements are per group, not per version, because each one is
+    a GIL hand-off with the event loop (the sqlite3 module releases the GIL around every
+    step). Raises MetadataError, possibly after writing some of the group, if any version
+    is refused, or if the group needs one-by-one treatment (a key replaced in place and
+    written twice): the caller must then roll back and put them one by one.
+    `buckets_checked`: every bucket named has been seen in this transaction.
+    """
+    conn = txn.conn
+    rows: list[tuple[str, str, str, str, bool, Meta]] = []
+    for meta in metas:
+        if not isinstance(meta, dict):
+            raise InvalidMetadata("version metadata must be a dict")
+        sort_key = meta.get("sortKey") or new_version_id()
+        if not isinstance(sort_key, str):
+            raise InvalidMetadata(f"sortKey must be a string, got {sort_key!r}")
+        rows.append((
+            require_str(meta, "bucket"), require_str(meta, "key"), require_str(meta, "versionId"),
+            check_text(sort_key, "sortKey"), bool(meta.get("isDeleteMarker", False)), meta,
+        ))  # fmt: skip
+    if not buckets_checked:
+        for name in {row[0] for row in rows}:
+            buckets.require_exists(conn, name)
+    ids = {(b, k, v) for b, k, v, *_ in rows}
+    if len(ids) < len(rows):
+        raise InvalidMetadata("the same version twice in one group")
+    out: list[list[Meta]] = []
+    for start in range(0, len(rows), _GROUP_ROWS):
+        out += _put_rows(txn, rows[start : start + _GROUP_ROWS])
+    return out
+
+
+def _put_rows(txn: WriteTxn, rows: list[tuple[str, str, str, str, bool, Meta]]) -> list[list[Meta]]:
+    conn = txn.conn
+    # versions replaced in place (the null version, a replica delivered again): rare
+    found = conn.execute(
+        "WITH x(b, k, v) AS (VALUES " + ", ".join(["(?, ?, ?)"] * len(rows)) + ") "
+        "SELECT v.bucket, v.key, v.version_id FROM x JOIN versions v "
+        "ON v.bucket = x.b AND v.key = x.k AND v.version_id = x.v",
+        [p for row in rows for p in row[:3]],
+    ).fetchall()
+    replaced: dict[tuple[str, str, str], Meta] = {}
+    if found and len({(b, k) for b, k, *_ in rows}) < len(rows):
+        # a key replaced in place and written again in the group: which version was the
+        # latest when is only known one by one
+        raise InvalidMetadata("a replaced key is written twice in one group")
+    for bucket, key, version_id in found:
+        old = get(conn, bucket, key, version_id)
+        assert old is not None
+        replaced[(bucket, key, version_id)] = old
+        conn.execute(
+            "DELETE FROM versions WHERE bucket = ? AND key = ? AND version_id = ?",
+            (bucket, key, version_id),
+        )
+    stored_docs: list[Meta] = []
+    params: list[Any] = []
+    for bucket, key, version_id, sort_key, is_delete_marker, meta in rows:
+        old = replaced.get((bucket, key, version_id))
+        stored = {k: v for k, v in meta.items() if k != "isLatest"}
+        stored["sortKey"] = sort_key
+        stored["revision"] = 1 if old is None else int(old.get("revision", 0)) + 1
+        stored_docs.append(stored)
+        params += (bucket, key, sort_key, version_id, is_delete_marker, dump(stored))
+    try:
+        conn.execute(
+            "INSERT INTO versions(bucket, key, sort_key, version_id, is_delete_marker, doc) "
+            "VALUES " + ", ".join(["(?, ?, ?, ?, ?, ?)"] * len(rows)),
+            params,
+        )
+    except sqlite3.IntegrityError as exc:
+        raise InvalidMetadata(f"a sortKey of the group is already used: {exc}") from exc
+    # `latest`: a new version is the key's latest if its sortKey is the greatest so far. A
+    # replaced version may have been the latest with a greater sortKey: those keys are
+    # recomputed from `versions`, one by one.
+    became_latest: set[tuple[str, str, str]] = set()
+    replaced_keys = {(b, k) for b, k, _ in replaced}
+    simple = [row for row in rows if (row[0], row[1]) not in replaced_keys]
+    if simple:
+        returned = conn.execute(
+            "INSERT INTO latest(bucket, key, sort_key, is_delete_marker) VALUES "
+            + ", ".join(["(?, ?, ?, ?)"] * len(simple))
+            + " ON CONFLICT(bucket, key) DO UPDATE "
+            "SET sort_key = excluded.sort_key, is_delete_marker = excluded.is_delete_marker "
+            "WHERE excluded.sort_key > latest.sort_key RETURNING bucket, key, sort_key",
+            [p for b, k, _, sk, dm, _ in simple for p in (b, k, sk, dm)],
+        ).fetchall()
+        became_latest.update((b, k, sk) for b, k, sk in returned)
+    for bucket, key in replaced_keys:
+        latest = _latest_after_insert(conn, bucket, key)
+        became_latest.add((bucket, key, latest))
+    entries: list[tuple[str, str, str, str | None, bytes | None]] = []
+    for (bucket, key, version_id, sort_key, _, _), stored in zip(rows, stored_docs, strict=True):
+        stored["isLatest"] = (bucket, key, sort_key) in became_latest
+        entries.append(("put", bucket, key, version_id, dump(stored)))
+    txn.append_journal_many(entries)
+    return [
+        [replaced[(b, k, v)]] if (b, k, v) in replaced else [] for b, k, v, *_ in rows
+    ]
+
+
 def delete(txn: WriteTxn, bucket: str, key: str, version_id: str) -> Meta | None:
     conn = txn.conn
     old = get(conn, bucket, key, version_id)

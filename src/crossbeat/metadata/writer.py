@@ -57,6 +57,26 @@ class WriteTxn:
         self.last_seq = seq
         return seq
 
+    def append_journal_many(
+        self, entries: list[tuple[str, str, str, str | None, bytes | None]]
+    ) -> int:
+        """`append_journal` for each (op, bucket, key, versionId, value), in order, in one
+        statement; returns the seq of the last."""
+        if not entries:
+            return self.last_seq
+        seq = self.last_seq
+        params: list[object] = []
+        for op, bucket, key, version_id, value in entries:
+            seq += 1
+            params += (seq, op, bucket, key, version_id, value, self.ts)
+        self.conn.execute(
+            "INSERT INTO journal(seq, op, bucket, key, version_id, value, ts) VALUES "
+            + ", ".join(["(?, ?, ?, ?, ?, ?, ?)"] * len(entries)),
+            params,
+        )
+        self.last_seq = seq
+        return seq
+
     def begin_operation(self) -> None:
         """(writer) An operation starts: SAVEPOINT op; `undo_operation` returns here."""
         self.conn.execute("SAVEPOINT op")
