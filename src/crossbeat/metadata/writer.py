@@ -14,6 +14,7 @@ commit order: see `WriteTxn.append_journal`.
 from __future__ import annotations
 
 import contextlib
+import logging
 import queue
 import sqlite3
 import threading
@@ -26,6 +27,7 @@ from typing import Any, TypeVar
 from crossbeat.metadata.errors import StoreClosed
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 
 class WriteTxn:
@@ -273,7 +275,10 @@ class GroupCommitWriter:
 
 def _deliver(op: _Op, ok: bool, value: Any) -> None:
     if op.done is not None:
-        op.done(ok, value)
+        try:
+            op.done(ok, value)
+        except Exception:  # a broken callback must not stop the writer thread
+            log.exception("metadata writer: a completion callback failed")
     elif op.future is not None and op.future.running():
         if ok:
             op.future.set_result(value)
