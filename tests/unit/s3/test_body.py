@@ -540,3 +540,20 @@ def test_unicode_digit_length_is_invalid() -> None:
     with pytest.raises(S3Error) as e:
         BodyDecoder(unsigned_ctx("unsigned"), {"content-length": "\xb2"})
     assert e.value.code == "InvalidArgument"
+
+
+@pytest.mark.parametrize("size", [2047, 2048, 4096, 4097, 16 * 1024, 16 * 1024 + 1, 70_000])
+def test_bodies_hashed_in_pieces_that_keep_the_gil_hash_as_one(size: int) -> None:
+    data = bytes(range(256)) * (size // 256) + b"z" * (size % 256)
+    headers = {
+        "content-length": str(size),
+        "content-md5": base64.b64encode(hashlib.md5(data).digest()).decode(),
+        "x-amz-checksum-sha1": base64.b64encode(hashlib.sha1(data).digest()).decode(),
+    }
+    ctx = AuthContext(None, "hex", hashlib.sha256(data).hexdigest(), None, None, None, None, "v4-header")
+    out, checksums = decode(ctx, headers, [data])
+    assert out == data and checksums.md5_hex == hashlib.md5(data).hexdigest()  # type: ignore[attr-defined]
+    # one byte changed anywhere, first piece or last, is caught
+    for at in (0, size - 1):
+        bad = data[:at] + bytes([data[at] ^ 1]) + data[at + 1 :]
+        assert error_code(ctx, headers, bad) in ("BadDigest", "XAmzContentSHA256Mismatch")
