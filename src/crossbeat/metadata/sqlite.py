@@ -30,6 +30,7 @@ from crossbeat.metadata.store import (
     Meta,
     MetadataStore,
     Precondition,
+    build_versions,
 )
 from crossbeat.metadata.writer import GroupCommitWriter, WriterStats, WriteTxn
 
@@ -61,44 +62,29 @@ class _ItemRefused(Exception):
 def _store_built(
     txn: WriteTxn, items: Sequence[tuple[str, BuildVersion]], *, isolate: bool
 ) -> list[BuiltOutcome]:
-    seen: dict[str, Bucket | None] = {}
-    out: list[BuiltOutcome | None] = []
-    built: list[tuple[int, str, Meta]] = []
-    conn = txn.conn
-    for name, build in items:
-        try:
-            if name not in seen:
-                seen[name] = buckets.get(conn, name)
-            meta = build(seen[name])
-        except Exception as exc:  # noqa: BLE001 - refused before anything was written
-            out.append(exc)
-            continue
-        built.append((len(out), name, meta))
-        out.append(None)
+    """Build the group's versions in `txn` and store them: all at once (`put_many`), or
+    with `isolate` one by one, each in its own savepoint, so a refused one is left out."""
+    outcomes, built = build_versions(items, lambda name: buckets.get(txn.conn, name))
     if not isolate:
         try:
             displaced = versions.put_many(
                 txn, [meta for _, _, meta in built],
-                buckets_checked=all(seen[name] is not None for _, name, _ in built),
+                buckets_checked=all(bucket is not None for _, bucket, _ in built),
             )  # fmt: skip
         except MetadataError as exc:
             raise _ItemRefused from exc
         for (i, _, meta), gone in zip(built, displaced, strict=True):
-            out[i] = (meta, gone)
+            outcomes[i] = (meta, gone)
     else:
-        for i, name, meta in built:
-            conn.execute("SAVEPOINT item")
-            seq = txn.last_seq
+        for i, bucket, meta in built:
             try:
-                _, gone = versions.put(txn, meta, None, bucket_checked=seen[name] is not None)
+                with txn.savepoint("item"):
+                    _, gone = versions.put(txn, meta, None, bucket_checked=bucket is not None)
             except MetadataError as exc:
-                conn.execute("ROLLBACK TO item")
-                txn.last_seq = seq
-                out[i] = exc
+                outcomes[i] = exc
             else:
-                out[i] = (meta, gone)
-            conn.execute("RELEASE item")
-    return [o for o in out if o is not None]
+                outcomes[i] = (meta, gone)
+    return [o for o in outcomes if o is not None]
 
 
 class SqliteMetadataStore(MetadataStore):
@@ -257,17 +243,18 @@ class SqliteMetadataStore(MetadataStore):
     ) -> None:
         """One writer operation for the group, queued without waiting (see the interface).
 
-        Buckets are read and versions built inside the write transaction. Items are stored
-        without a savepoint each (every statement is a GIL hand-off between this thread and
-        the event loop); if one is refused by the store, the operation is undone and run
-        again with a savepoint per item, so that only the refused one is left out.
+        Buckets are read and versions built inside the write transaction. The group is
+        stored in a few multi-row statements (every statement is a GIL hand-off between
+        this thread and the event loop); if the store refuses one, that attempt is rolled
+        back and the group stored again with a savepoint per item, so that only the refused
+        one is left out.
         """
 
         def op(txn: WriteTxn) -> list[BuiltOutcome]:
             try:
-                return _store_built(txn, items, isolate=False)
-            except _ItemRefused:
-                txn.undo_operation()
+                with txn.savepoint("grouped"):
+                    return _store_built(txn, items, isolate=False)
+            except _ItemRefused:  # rolled back: again, one by one
                 return _store_built(txn, items, isolate=True)
 
         def finished(ok: bool, value: Any) -> None:

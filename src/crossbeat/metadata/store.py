@@ -36,6 +36,33 @@ BuildVersion = Callable[[Bucket | None], Meta]
 BuiltOutcome = tuple[Meta, list[Meta]] | BaseException
 
 
+def build_versions(
+    items: Sequence[tuple[str, BuildVersion]], get_bucket: Callable[[str], Bucket | None]
+) -> tuple[list[BuiltOutcome | None], list[tuple[int, Bucket | None, Meta]]]:
+    """Build each item's version, reading each bucket once (for `put_built_versions`).
+
+    Returns the outcomes so far (the exception for an item whose build raised, None for
+    the others) and (index, the bucket it was built from, version) for every version built.
+    StoreClosed from `get_bucket` is raised.
+    """
+    seen: dict[str, Bucket | None] = {}
+    outcomes: list[BuiltOutcome | None] = []
+    built: list[tuple[int, Bucket | None, Meta]] = []
+    for name, build in items:
+        try:
+            if name not in seen:
+                seen[name] = get_bucket(name)
+            meta = build(seen[name])
+        except StoreClosed:
+            raise
+        except Exception as exc:  # noqa: BLE001 - that item's outcome
+            outcomes.append(exc)
+            continue
+        built.append((len(outcomes), seen[name], meta))
+        outcomes.append(None)
+    return outcomes, built
+
+
 class MetadataStore(abc.ABC):
     # -- buckets ------------------------------------------------------------------------------
 
@@ -127,29 +154,15 @@ class MetadataStore(abc.ABC):
         This default runs synchronously through `get_bucket` and `put_versions`; a store
         overrides it to build inside its transaction without blocking the caller.
         """
-        seen: dict[str, Bucket | None] = {}
-        outcomes: list[BuiltOutcome | None] = []
-        built: list[tuple[int, Meta]] = []
-        for name, build in items:
-            try:
-                if name not in seen:
-                    seen[name] = self.get_bucket(name)
-                meta = build(seen[name])
-            except StoreClosed:
-                raise
-            except Exception as exc:  # noqa: BLE001 - that item's outcome
-                outcomes.append(exc)
-                continue
-            built.append((len(outcomes), meta))
-            outcomes.append(None)
+        outcomes, built = build_versions(items, self.get_bucket)
         stored: list[list[Meta] | MetadataError] | list[Exception]
         try:
-            stored = self.put_versions([meta for _, meta in built]) if built else []
+            stored = self.put_versions([meta for _, _, meta in built]) if built else []
         except StoreClosed:
             raise
         except Exception as exc:  # noqa: BLE001 - the outcome of every built item
             stored = [exc] * len(built)
-        for (i, meta), result in zip(built, stored, strict=True):
+        for (i, _, meta), result in zip(built, stored, strict=True):
             outcomes[i] = result if isinstance(result, BaseException) else (meta, result)
         done([o for o in outcomes if o is not None])
 

@@ -79,13 +79,9 @@ def _latest_after_insert(conn: sqlite3.Connection, bucket: str, key: str) -> str
     return str(row[0])
 
 
-def put(
-    txn: WriteTxn, meta: Meta, precondition: Precondition | None, *, bucket_checked: bool = False
-) -> tuple[Meta, list[Meta]]:
-    """Store `meta`; returns (stored meta, displaced versions). See MetadataStore.put_version.
-
-    `bucket_checked`: the caller has seen the bucket in this transaction (skip the check).
-    """
+def _identity(meta: Meta) -> tuple[str, str, str, str]:
+    """(bucket, key, versionId, sortKey) of a version to store (a fresh sortKey if it has
+    none), or InvalidMetadata."""
     if not isinstance(meta, dict):
         raise InvalidMetadata("version metadata must be a dict")
     bucket = require_str(meta, "bucket")
@@ -94,7 +90,17 @@ def put(
     sort_key = meta.get("sortKey") or new_version_id()
     if not isinstance(sort_key, str):
         raise InvalidMetadata(f"sortKey must be a string, got {sort_key!r}")
-    check_text(sort_key, "sortKey")
+    return bucket, key, version_id, check_text(sort_key, "sortKey")
+
+
+def put(
+    txn: WriteTxn, meta: Meta, precondition: Precondition | None, *, bucket_checked: bool = False
+) -> tuple[Meta, list[Meta]]:
+    """Store `meta`; returns (stored meta, displaced versions). See MetadataStore.put_version.
+
+    `bucket_checked`: the caller has seen the bucket in this transaction (skip the check).
+    """
+    bucket, key, version_id, sort_key = _identity(meta)
     conn = txn.conn
     if not bucket_checked:
         buckets.require_exists(conn, bucket)
@@ -157,15 +163,7 @@ def put_many(txn: WriteTxn, metas: list[Meta], *, buckets_checked: bool = False)
     conn = txn.conn
     rows: list[tuple[str, str, str, str, bool, Meta]] = []
     for meta in metas:
-        if not isinstance(meta, dict):
-            raise InvalidMetadata("version metadata must be a dict")
-        sort_key = meta.get("sortKey") or new_version_id()
-        if not isinstance(sort_key, str):
-            raise InvalidMetadata(f"sortKey must be a string, got {sort_key!r}")
-        rows.append((
-            require_str(meta, "bucket"), require_str(meta, "key"), require_str(meta, "versionId"),
-            check_text(sort_key, "sortKey"), bool(meta.get("isDeleteMarker", False)), meta,
-        ))  # fmt: skip
+        rows.append((*_identity(meta), bool(meta.get("isDeleteMarker", False)), meta))
     if not buckets_checked:
         for name in {row[0] for row in rows}:
             buckets.require_exists(conn, name)

@@ -19,7 +19,7 @@ import queue
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -36,7 +36,6 @@ class WriteTxn:
     def __init__(self, conn: sqlite3.Connection, last_seq: int, ts: str) -> None:
         self.conn = conn
         self.last_seq = last_seq  # seq of the newest journal entry in this transaction so far
-        self._op_seq = last_seq  # last_seq when the current operation began
         # One timestamp per batch: its entries become visible together, and reading the
         # clock once per batch instead of per entry keeps the writer thread lean.
         self.ts = ts
@@ -48,16 +47,9 @@ class WriteTxn:
 
         Only the writer thread runs transactions and it runs them one after another, so
         last_seq + 1 is the next seq in commit order; a rolled-back savepoint restores
-        last_seq (see GroupCommitWriter._run_batch), keeping seqs dense.
+        last_seq (see `savepoint`), keeping seqs dense.
         """
-        seq = self.last_seq + 1
-        self.conn.execute(
-            "INSERT INTO journal(seq, op, bucket, key, version_id, value, ts) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (seq, op, bucket, key, version_id, value, self.ts),
-        )
-        self.last_seq = seq
-        return seq
+        return self.append_journal_many([(op, bucket, key, version_id, value)])
 
     def append_journal_many(
         self, entries: list[tuple[str, str, str, str | None, bytes | None]]
@@ -79,22 +71,20 @@ class WriteTxn:
         self.last_seq = seq
         return seq
 
-    def begin_operation(self) -> None:
-        """(writer) An operation starts: SAVEPOINT op; `undo_operation` returns here."""
-        self.conn.execute("SAVEPOINT op")
-        self._op_seq = self.last_seq
-
-    def undo_operation(self) -> None:
-        """Roll back everything the current operation did so far (its journal seqs too); the
-        operation may go on and write again, inside the same savepoint."""
-        self.conn.execute("ROLLBACK TO op")
-        self.last_seq = self._op_seq
-
-    def end_operation(self, ok: bool) -> None:
-        """(writer) Keep (ok) or roll back the operation, and release its savepoint."""
-        if not ok:
-            self.undo_operation()
-        self.conn.execute("RELEASE op")
+    @contextlib.contextmanager
+    def savepoint(self, name: str) -> Iterator[None]:
+        """Run the block in SAVEPOINT `name`: if it raises, everything it wrote is rolled
+        back (its journal seqs too, keeping seqs dense) and the exception goes on."""
+        self.conn.execute(f"SAVEPOINT {name}")
+        seq = self.last_seq
+        try:
+            yield
+        except BaseException:
+            self.conn.execute(f"ROLLBACK TO {name}")
+            self.last_seq = seq
+            self.conn.execute(f"RELEASE {name}")
+            raise
+        self.conn.execute(f"RELEASE {name}")
 
 
 @dataclass
@@ -247,14 +237,12 @@ class GroupCommitWriter:
                 if op.future is not None and not op.future.set_running_or_notify_cancel():
                     continue
                 live.append(op)
-                txn.begin_operation()
                 try:
-                    result = op.fn(txn)
+                    with txn.savepoint("op"):
+                        result = op.fn(txn)
                 except BaseException as exc:  # the caller gets it; the batch goes on
-                    txn.end_operation(False)
                     outcomes.append((False, exc))
                 else:
-                    txn.end_operation(True)
                     outcomes.append((True, result))
             conn.execute("COMMIT")
         except BaseException as exc:
