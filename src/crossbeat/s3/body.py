@@ -26,7 +26,7 @@ import hashlib
 import hmac
 from dataclasses import dataclass
 
-from crossbeat.s3.auth import AuthContext
+from crossbeat.s3.auth import AuthContext, hmac_sha256
 from crossbeat.s3.checksums import (
     NON_VALUE_HEADERS,
     Hasher,
@@ -405,7 +405,7 @@ class BodyDecoder:
     def _check_sig(self, string_to_sign: str, given: str) -> None:
         key = self._ctx.signing_key
         assert key is not None
-        expected = hmac.digest(key, string_to_sign.encode("utf-8"), "sha256").hex()
+        expected = hmac_sha256(key, string_to_sign.encode("utf-8")).hex()
         # bytes: compare_digest refuses non-ASCII str, and the input is the client's
         if not hmac.compare_digest(expected.encode("ascii"), given.encode("utf-8", "replace")):
             raise S3Error("SignatureDoesNotMatch")
