@@ -116,6 +116,7 @@ class SqliteMetadataStore(MetadataStore):
             on_commit=self._on_commit,
             max_batch=self.settings.max_batch,
             busy_timeout_s=self.settings.busy_timeout_ms / 1000,
+            lock_path=f"{self.path}-writer.lock",
         )
         self._stop_trimming = threading.Event()
         self._trimmer: threading.Thread | None = None

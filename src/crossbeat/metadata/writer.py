@@ -9,12 +9,20 @@ form the next batch, so batching grows with load without any artificial delay.
 
 Journal seqs are assigned here, in the one thread that commits, so they are dense and in
 commit order: see `WriteTxn.append_journal`.
+
+Several processes (gateway workers) may write the same file. SQLite lets one write
+transaction at a time in and refuses the others (SQLITE_BUSY) without telling them when to
+try again; with `lock_path`, the writers of all processes take turns on a `flock` first,
+which wakes the next one exactly when the current one has committed, and the next one takes
+into its batch everything that queued while it waited.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import logging
+import os
 import queue
 import sqlite3
 import threading
@@ -100,6 +108,7 @@ class _Op:
 class WriterStats:
     commits: int = 0  # transactions committed (fsyncs)
     operations: int = 0  # operations they carried (succeeded or rolled back)
+    busy_retries: int = 0  # BEGINs refused because another connection was writing
 
 
 class GroupCommitWriter:
@@ -119,8 +128,13 @@ class GroupCommitWriter:
         on_commit: Callable[[int], None],
         max_batch: int,
         busy_timeout_s: float = 10.0,
+        lock_path: str | None = None,
     ) -> None:
         self._conn = conn
+        self._lock_fd = (
+            None if lock_path is None
+            else os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        )
         # The write lock is taken by polling (below), not by SQLite's busy handler, whose
         # back-off sleeps grow to 100 ms: with several gateway processes on one file that
         # turns every collision into a long stall.
@@ -191,6 +205,8 @@ class GroupCommitWriter:
             self._queue.put(None)
         self._thread.join()
         self._conn.close()
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
 
     def _loop(self) -> None:
         stopping = False
@@ -198,20 +214,34 @@ class GroupCommitWriter:
             first = self._queue.get()
             if first is None:
                 break
-            batch = [first]
-            while len(batch) < self._max_batch:
-                try:
-                    op = self._queue.get_nowait()
-                except queue.Empty:
-                    break
-                if op is None:
-                    stopping = True
-                    break
-                batch.append(op)
-            self._run_batch(batch)
+            with self._turn():
+                batch = [first]
+                while len(batch) < self._max_batch:
+                    try:
+                        op = self._queue.get_nowait()
+                    except queue.Empty:
+                        break
+                    if op is None:
+                        stopping = True
+                        break
+                    batch.append(op)
+                self._run_batch(batch)
+
+    @contextlib.contextmanager
+    def _turn(self) -> Iterator[None]:
+        """This process's turn to write, among the processes sharing `lock_path`."""
+        if self._lock_fd is None:
+            yield
+            return
+        fcntl.flock(self._lock_fd, fcntl.LOCK_EX)  # lets go of the GIL while it waits
+        try:
+            yield
+        finally:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
 
     def _begin(self, conn: sqlite3.Connection) -> None:
-        """BEGIN IMMEDIATE, retrying briefly while another process holds the write lock."""
+        """BEGIN IMMEDIATE, retrying briefly while another connection holds the write lock
+        (one that does not take turns on `lock_path`: another tool, or a reader's checkpoint)."""
         deadline = time.monotonic() + self._busy_timeout_s
         delay = 0.0002
         while True:
@@ -223,6 +253,7 @@ class GroupCommitWriter:
                     raise
                 if time.monotonic() >= deadline:
                     raise
+                self.stats.busy_retries += 1
                 time.sleep(delay)
                 delay = min(delay * 1.5, 0.002)
 
