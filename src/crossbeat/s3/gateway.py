@@ -48,6 +48,9 @@ class Gateway:
         # that waiting consumers never starve S3 requests of worker threads.
         self.poll_executor = ThreadPoolExecutor(64, thread_name_prefix="s3-poll")
         self.closing = False
+        # S3 requests this process is handling (from their headers to their response's end):
+        # how busy it is, for the small PUTs' group commit
+        self.requests_in_flight = 0
         # small PUTs' group commit (threads start on first use, in the serving process)
         self.put_batcher = PutBatcher(self)
         # Buckets by name, for what never changes in a bucket's life: its owner and location.
@@ -212,6 +215,13 @@ class Gateway:
             return
         if scope["type"] != "http":
             return
+        self.requests_in_flight += 1
+        try:
+            await self._handle(scope, receive, send)
+        finally:
+            self.requests_in_flight -= 1
+
+    async def _handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         req = Request.from_scope(scope, receive)
         head_only = req.method == "HEAD"
         try:

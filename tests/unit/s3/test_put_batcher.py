@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,10 +26,15 @@ from crossbeat.s3.settings import GatewaySettings
 pytestmark = pytest.mark.skipif(not syncgroup.available(), reason="syncfs(2) is Linux-only")
 
 
+def open_gateway(tmp_path: Path, **settings: Any) -> Gateway:
+    gateway = Gateway.open(GatewaySettings(data_dir=tmp_path / "data", workers=1, **settings), {})
+    gateway.store.create_bucket(Bucket("b", "owner", "default", "2026-01-01T00:00:00.000Z"))
+    return gateway
+
+
 @pytest.fixture
 def gw(tmp_path: Path) -> Iterator[Gateway]:
-    gateway = Gateway.open(GatewaySettings(data_dir=tmp_path / "data", workers=1), {})
-    gateway.store.create_bucket(Bucket("b", "owner", "default", "2026-01-01T00:00:00.000Z"))
+    gateway = open_gateway(tmp_path)
     try:
         yield gateway
     finally:
@@ -127,3 +133,68 @@ def test_a_closed_batcher_refuses_and_writes_nothing(gw: Gateway) -> None:
     results = asyncio.run(put_many(gw, "b", 1))
     assert isinstance(results[0], S3Error) and results[0].status == 503
     assert list(gw.repository("default").keys()) == []
+
+
+async def wait_until(cond: Any, what: str) -> None:
+    deadline = time.monotonic() + 10
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.001)  # the loop goes on meanwhile
+
+
+def groups_while_the_store_is_held(gw: Gateway, n: int) -> int:
+    """PUT one object, hold the metadata writer so that its group cannot commit, PUT `n`
+    more (each handed to the sync thread in a loop iteration of its own), release the
+    writer; return how many groups the batcher committed. The PUTs count as requests in
+    flight, as the gateway's request handler counts them."""
+    entered, release = threading.Event(), threading.Event()
+
+    def hold(_txn: Any) -> None:
+        entered.set()
+        release.wait(30)
+
+    async def run() -> list[Any]:
+        repo = gw.repository("default")
+        gw.store._writer.submit_nowait(hold, lambda ok, value: None)  # type: ignore[attr-defined]
+        await wait_until(entered.is_set, "the writer to be held")
+        first = repo.stage_bytes(b"first")
+        assert first is not None
+        puts = [asyncio.ensure_future(gw.put_batcher.put(first, checksums(), "b", build_for("first")))]
+        await wait_until(lambda: gw.put_batcher._in_store == 1, "the first group to reach the store")
+        for i in range(n):
+            staged = repo.stage_bytes(os.urandom(50))
+            assert staged is not None
+            puts.append(asyncio.ensure_future(gw.put_batcher.put(staged, checksums(), "b", build_for(f"k{i}"))))
+            await asyncio.sleep(0)  # a loop iteration each: one hand-over each
+        await wait_until(lambda: not gw.put_batcher._staged, "the last hand-over")
+        release.set()
+        return await asyncio.gather(*puts)
+
+    gw.requests_in_flight += n + 1
+    try:
+        results = asyncio.run(run())
+    finally:
+        gw.requests_in_flight -= n + 1
+    assert len(results) == n + 1
+    for i in range(n):
+        assert gw.store.get_version("b", f"k{i}", None) is not None
+    return gw.put_batcher.batches
+
+
+def test_under_load_what_stages_during_a_commit_shares_the_next_round(tmp_path: Path) -> None:
+    gw = open_gateway(tmp_path, put_group_busy_requests=5)
+    try:
+        # the first object's group, then one group for all twenty staged while it committed
+        assert groups_while_the_store_is_held(gw, 20) == 2
+    finally:
+        gw.close()
+
+
+def test_below_the_busy_mark_rounds_do_not_wait_for_the_previous_commit(tmp_path: Path) -> None:
+    gw = open_gateway(tmp_path, put_group_busy_requests=22)
+    try:
+        # each hand-over gets a round of its own while the first group is still held
+        assert groups_while_the_store_is_held(gw, 20) > 2
+    finally:
+        gw.close()
