@@ -143,7 +143,7 @@ class PutBatcher:
                 # busy: what is staged while the previous group commits joins this round
                 # (read from another thread: a plain int, a stale value only shifts a round)
                 with self._settled:
-                    self._settled.wait_for(lambda: self._in_store == 0, timeout=1.0)
+                    self._settled.wait_for(lambda: self._in_store == 0, timeout=5.0)
             while True:
                 try:
                     more = self._sync_queue.get_nowait()

@@ -143,11 +143,12 @@ async def wait_until(cond: Any, what: str) -> None:
         await asyncio.sleep(0.001)  # the loop goes on meanwhile
 
 
-def groups_while_the_store_is_held(gw: Gateway, n: int) -> int:
+def groups_while_the_store_is_held(gw: Gateway, n: int, *, one_by_one: bool = False) -> int:
     """PUT one object, hold the metadata writer so that its group cannot commit, PUT `n`
     more (each handed to the sync thread in a loop iteration of its own), release the
     writer; return how many groups the batcher committed. The PUTs count as requests in
-    flight, as the gateway's request handler counts them."""
+    flight, as the gateway's request handler counts them. `one_by_one`: each PUT only once
+    the sync thread has taken the one before."""
     entered, release = threading.Event(), threading.Event()
 
     def hold(_txn: Any) -> None:
@@ -167,6 +168,11 @@ def groups_while_the_store_is_held(gw: Gateway, n: int) -> int:
             assert staged is not None
             puts.append(asyncio.ensure_future(gw.put_batcher.put(staged, checksums(), "b", build_for(f"k{i}"))))
             await asyncio.sleep(0)  # a loop iteration each: one hand-over each
+            if one_by_one:
+                await wait_until(
+                    lambda: not gw.put_batcher._staged and gw.put_batcher._sync_queue.empty(),
+                    "the sync thread to take the PUT",
+                )
         await wait_until(lambda: not gw.put_batcher._staged, "the last hand-over")
         release.set()
         return await asyncio.gather(*puts)
@@ -194,7 +200,36 @@ def test_under_load_what_stages_during_a_commit_shares_the_next_round(tmp_path: 
 def test_below_the_busy_mark_rounds_do_not_wait_for_the_previous_commit(tmp_path: Path) -> None:
     gw = open_gateway(tmp_path, put_group_busy_requests=22)
     try:
-        # each hand-over gets a round of its own while the first group is still held
-        assert groups_while_the_store_is_held(gw, 20) > 2
+        # each PUT gets a round of its own while the first group is still held
+        assert groups_while_the_store_is_held(gw, 20, one_by_one=True) == 21
     finally:
         gw.close()
+
+
+def test_the_gateway_counts_the_requests_it_is_handling(gw: Gateway) -> None:
+    async def run() -> list[Any]:
+        release = asyncio.Event()
+        sent: list[Any] = []
+
+        async def receive() -> dict[str, Any]:
+            await release.wait()  # the body arrives only when the test says so
+            return {"type": "http.request", "body": b"hello", "more_body": False}
+
+        async def send(message: Any) -> None:
+            sent.append(message)
+
+        scope = {
+            "type": "http", "method": "PUT", "path": "/b/k", "raw_path": b"/b/k", "query_string": b"",
+            "headers": [(b"host", b"localhost"), (b"content-length", b"5")], "http_version": "1.1",
+            "scheme": "http", "server": ("127.0.0.1", 80), "client": ("127.0.0.1", 5), "root_path": "",
+        }  # fmt: skip
+        assert gw.requests_in_flight == 0
+        request = asyncio.ensure_future(gw(scope, receive, send))  # anonymous: refused, then its body drained
+        await wait_until(lambda: gw.requests_in_flight == 1, "the request to be counted")
+        release.set()
+        await request
+        assert gw.requests_in_flight == 0
+        return sent
+
+    sent = asyncio.run(run())
+    assert sent[0]["status"] == 403
