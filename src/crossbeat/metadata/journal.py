@@ -37,8 +37,12 @@ def trimmed_through(conn: sqlite3.Connection) -> int:
 
 def last_seq(conn: sqlite3.Connection) -> int:
     """Newest committed seq (0 for a new store); still right when retention emptied the table."""
-    row = conn.execute("SELECT max(seq) FROM journal").fetchone()
-    return max(int(row[0] or 0), trimmed_through(conn))
+    # one statement (every statement of the writer is a GIL hand-off with the event loop)
+    row = conn.execute(
+        "SELECT (SELECT max(seq) FROM journal), (SELECT value FROM store_state WHERE name = ?)",
+        (TRIMMED_THROUGH,),
+    ).fetchone()
+    return max(int(row[0] or 0), int(row[1] or 0))
 
 
 def read(conn: sqlite3.Connection, after: int, limit: int) -> list[JournalEntry]:

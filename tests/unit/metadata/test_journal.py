@@ -275,3 +275,28 @@ def test_trim_removes_in_chunks(
     assert store.trim_journal() == 10
     assert store.writer_stats.commits - commits == 4  # 3 + 3 + 3 + 1
     assert store.read_journal(10, 10) == [] and store.last_seq() == 10
+
+
+def test_an_operation_failing_alone_in_its_batch_leaves_nothing(
+    store: SqliteMetadataStore, bucket: str
+) -> None:
+    """A batch of one operation runs without a savepoint: when that operation fails after
+    writing, the whole transaction is rolled back, its journal seqs are not taken, and
+    readers are not told of a commit."""
+    before = store.last_seq()
+    writer = store._writer
+    commits = writer.stats.commits
+
+    def half_done(txn: Any) -> None:
+        txn.append_journal("put", bucket, "ghost", "null", b"{}")
+        raise RuntimeError("failed after writing")
+
+    with pytest.raises(RuntimeError, match="failed after writing"):
+        writer.submit(half_done)
+    assert store.last_seq() == before
+    assert writer.stats.commits == commits
+    assert store._committed == before
+    assert not store.wait_journal(before, 0.2)  # nothing new to wake a long-poll
+    store.put_version(version(bucket, "real"))
+    entries = store.read_journal(before, 10)
+    assert [(e.seq, e.key) for e in entries] == [(before + 1, "real")]
