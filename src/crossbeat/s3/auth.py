@@ -358,12 +358,7 @@ def _verify_v4(key: bytes, amz_date: str, scope: str, creq: str, signature: str)
     string_to_sign = "\n".join(
         (ALGORITHM_V4, amz_date, scope, hashlib.sha256(creq.encode("utf-8")).hexdigest())
     )
-    expected = hmac_sha256(key, string_to_sign.encode("utf-8")).hex()
-    # bytes: compare_digest refuses non-ASCII str, and the signature is the client's
-    if not hmac.compare_digest(
-        expected.encode("ascii"), signature.lower().encode("utf-8", "replace")
-    ):
-        raise S3Error("SignatureDoesNotMatch")
+    check_signature(key, string_to_sign, signature.lower())
 
 
 def _parse_credential(credential: str, code: str) -> tuple[str, str, str]:
@@ -514,6 +509,15 @@ def hmac_sha256(key: bytes, msg: bytes) -> bytes:
     than the HMAC itself. An HMAC object releases it only for updates of 2 KiB or more.
     """
     return hmac.new(key, msg, "sha256").digest()
+
+
+def check_signature(key: bytes, string_to_sign: str, given: str) -> None:
+    """SignatureDoesNotMatch unless `given` is the hex SigV4 signature of `string_to_sign`
+    under the signing key `key` (compared as sent: callers lower-case where SigV4 allows)."""
+    expected = hmac_sha256(key, string_to_sign.encode("utf-8")).hex()
+    # bytes: compare_digest refuses non-ASCII str, and the signature is the client's
+    if not hmac.compare_digest(expected.encode("ascii"), given.encode("utf-8", "replace")):
+        raise S3Error("SignatureDoesNotMatch")
 
 
 def _header_map(headers: list[tuple[bytes, bytes]]) -> dict[str, list[str]]:

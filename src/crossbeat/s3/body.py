@@ -23,10 +23,9 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
-import hmac
 from dataclasses import dataclass
 
-from crossbeat.s3.auth import AuthContext, hmac_sha256
+from crossbeat.s3.auth import AuthContext, check_signature
 from crossbeat.s3.checksums import (
     NON_VALUE_HEADERS,
     Hasher,
@@ -405,7 +404,4 @@ class BodyDecoder:
     def _check_sig(self, string_to_sign: str, given: str) -> None:
         key = self._ctx.signing_key
         assert key is not None
-        expected = hmac_sha256(key, string_to_sign.encode("utf-8")).hex()
-        # bytes: compare_digest refuses non-ASCII str, and the input is the client's
-        if not hmac.compare_digest(expected.encode("ascii"), given.encode("utf-8", "replace")):
-            raise S3Error("SignatureDoesNotMatch")
+        check_signature(key, string_to_sign, given)
