@@ -29,6 +29,7 @@ test: install
 lint: install
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/mypy
+	$(BIN)/mypy benchmarks
 	$(BIN)/lint-imports
 
 clean:

@@ -360,11 +360,12 @@ def topic_times(brokers: str, topic: str, bucket: str) -> dict[tuple[str, str], 
         deadline = time.monotonic() + 60
         while left and time.monotonic() < deadline:
             for m in c.consume(10_000, timeout=1.0):
-                if m.error():
+                offset, value = m.offset(), m.value()
+                if m.error() or offset is None or value is None:
                     continue
-                if m.offset() >= ends[m.partition()] - 1:
+                if offset >= ends[m.partition()] - 1:
                     left.discard(m.partition())
-                doc = orjson.loads(m.value())
+                doc = orjson.loads(value)
                 if doc.get("bucket") == bucket:
                     out.setdefault((doc["key"], doc["versionId"]), m.timestamp()[1] / 1000)
         return out
