@@ -15,6 +15,12 @@ on tmpfs (/dev/shm) when there is one, the servers' data on disk: a load generat
 servers' filesystem churns it (2,000 files written and unlinked per round) in a way a
 remote client would not, and slows inode allocation for whichever server comes next.
 
+Every timed command starts with no dirty data in the page cache (`os.sync()` before the
+clock starts): a server that does not fsync leaves what it wrote dirty (SeaweedFS leaves
+10 to 20 MB after its rounds of 2,000 PUTs, measured), and the next server to call
+fsync/syncfs, or the kernel's flusher during the next server's round, would otherwise
+write it out on that server's clock.
+
 Durability of each side (stated, not equal):
 - crossbeat: a PUT is acknowledged after its chunk file and manifest are fsynced and its
   metadata + journal entry are committed with synchronous=FULL (group commit).
@@ -156,9 +162,10 @@ def s3(url: str) -> Any:  # boto3 clients are built at run time: untyped
 
 
 def s5(url: str, workers: int, *args: str) -> float:
-    """Run s5cmd, return seconds taken."""
+    """Run s5cmd, return seconds taken (from a page cache with nothing dirty in it)."""
     env = dict(os.environ, AWS_ACCESS_KEY_ID=AK, AWS_SECRET_ACCESS_KEY=SK, AWS_REGION="us-east-1")
     cmd = [str(BIN / "s5cmd"), "--endpoint-url", url, "--numworkers", str(workers), "--retry-count", "1", *args]
+    os.sync()  # what earlier commands left dirty is written out on no one's clock
     start = time.perf_counter()
     r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
     took = time.perf_counter() - start
