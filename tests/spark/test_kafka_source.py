@@ -131,30 +131,39 @@ def test_json_starting_offsets_and_pause_resume(spark: Any, broker: Service, tmp
 def test_reader_alone_initial_latest_limits_and_ranges(broker: Service) -> None:
     from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
+    from crossbeat.spark.kafka_client import close_readers
     from crossbeat.spark.source import KafkaStreamReader
 
     topic = fresh_topic(broker, partitions=2)
     produce(broker, topic, 20)
     base = {"kafka.bootstrap.servers": broker.address, "subscribe": topic}
     earliest = KafkaStreamReader(base)
-    start = earliest.initialOffset()
-    assert start == {topic: {"0": 0, "1": 0}}
-    latest = KafkaStreamReader({**base, "startingOffsets": "latest"}).initialOffset()
-    assert sum(latest[topic].values()) == 20
-    limited = earliest.latestOffset(start, ReadMaxRows(6))
-    assert sum(limited[topic].values()) <= 6
-    assert all(v > 0 for v in limited[topic].values())  # both partitions progress
-    assert earliest.latestOffset(start, ReadAllAvailable()) == latest
-    parts = earliest.partitions(start, latest)
-    rows = [
-        orjson.loads(v)["i"]
-        for p in parts
-        for batch in earliest.read(p)
-        for v in batch.column("value").to_pylist()
-    ]
-    assert sorted(rows) == list(range(20))
-    assert earliest.partitions(latest, latest) == []
-    with pytest.raises(ValueError, match="subscribe"):
-        KafkaStreamReader({"kafka.bootstrap.servers": broker.address})
-    with pytest.raises(ValueError, match="startingOffsets"):
-        KafkaStreamReader({**base, "startingOffsets": "{bad"})
+    latest_reader = KafkaStreamReader({**base, "startingOffsets": "latest"})
+    try:
+        start = earliest.initialOffset()
+        assert start == {topic: {"0": 0, "1": 0}}
+        latest = latest_reader.initialOffset()
+        assert sum(latest[topic].values()) == 20
+        limited = earliest.latestOffset(start, ReadMaxRows(6))
+        assert sum(limited[topic].values()) <= 6
+        assert all(v > 0 for v in limited[topic].values())  # both partitions progress
+        assert earliest.latestOffset(start, ReadAllAvailable()) == latest
+        parts = earliest.partitions(start, latest)
+        rows = [
+            orjson.loads(v)["i"]
+            for p in parts
+            for batch in earliest.read(p)
+            for v in batch.column("value").to_pylist()
+        ]
+        assert sorted(rows) == list(range(20))
+        assert earliest.partitions(latest, latest) == []
+        with pytest.raises(ValueError, match="subscribe"):
+            KafkaStreamReader({"kafka.bootstrap.servers": broker.address})
+        with pytest.raises(ValueError, match="startingOffsets"):
+            KafkaStreamReader({**base, "startingOffsets": "{bad"})
+    finally:
+        # close what librdkafka keeps open before the broker stops (otherwise its threads
+        # log "Connection refused" until the test process exits)
+        earliest.stop()
+        latest_reader.stop()
+        close_readers()

@@ -233,3 +233,10 @@ def _drop_reader(brokers: str) -> None:
     c = _READERS.pop(brokers, None)
     if c is not None:
         c.close()
+
+
+def close_readers() -> None:
+    """Close this process's cached range readers (in a Spark worker they live as long as
+    the worker; a driver or test that read ranges itself closes them when done)."""
+    for brokers in list(_READERS):
+        _drop_reader(brokers)
