@@ -35,14 +35,20 @@ def trimmed_through(conn: sqlite3.Connection) -> int:
     return int(row[0]) if row else 0
 
 
+# The newest committed seq as an SQL expression, so that a statement appending entries can
+# number them itself (`WriteTxn.append_journal_many`): the greatest seq in the table, or the
+# retention mark when retention emptied it, or 0 for a new store.
+LAST_SEQ_SQL = (
+    "max(coalesce((SELECT max(seq) FROM journal), 0), "
+    "coalesce((SELECT value FROM store_state WHERE name = ?), 0))"
+)
+LAST_SEQ_PARAMS = (TRIMMED_THROUGH,)
+
+
 def last_seq(conn: sqlite3.Connection) -> int:
     """Newest committed seq (0 for a new store); still right when retention emptied the table."""
     # one statement (every statement of the writer is a GIL hand-off with the event loop)
-    row = conn.execute(
-        "SELECT (SELECT max(seq) FROM journal), (SELECT value FROM store_state WHERE name = ?)",
-        (TRIMMED_THROUGH,),
-    ).fetchone()
-    return max(int(row[0] or 0), int(row[1] or 0))
+    return int(conn.execute(f"SELECT {LAST_SEQ_SQL}", LAST_SEQ_PARAMS).fetchone()[0])
 
 
 def read(conn: sqlite3.Connection, after: int, limit: int) -> list[JournalEntry]:

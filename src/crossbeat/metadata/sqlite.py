@@ -111,7 +111,7 @@ class SqliteMetadataStore(MetadataStore):
         self._closed = False
         self._writer = GroupCommitWriter(
             conn,
-            last_seq=journal.last_seq,
+            seq_base=(journal.LAST_SEQ_SQL, journal.LAST_SEQ_PARAMS),
             now=journal.iso_now,
             on_commit=self._on_commit,
             max_batch=self.settings.max_batch,
@@ -246,16 +246,15 @@ class SqliteMetadataStore(MetadataStore):
 
         Buckets are read and versions built inside the write transaction. The group is
         stored in a few multi-row statements (every statement is a GIL hand-off between
-        this thread and the event loop); if the store refuses one, that attempt is rolled
-        back and the group stored again with a savepoint per item, so that only the refused
-        one is left out.
+        this thread and the event loop); if the store refuses one, that attempt writes
+        nothing (see `versions.put_many`) and the group is stored again with a savepoint per
+        item, so that only the refused one is left out.
         """
 
         def op(txn: WriteTxn) -> list[BuiltOutcome]:
             try:
-                with txn.savepoint("grouped"):
-                    return _store_built(txn, items, isolate=False)
-            except _ItemRefused:  # rolled back: again, one by one
+                return _store_built(txn, items, isolate=False)
+            except _ItemRefused:  # nothing written: again, one by one
                 return _store_built(txn, items, isolate=True)
 
         def finished(ok: bool, value: Any) -> None:

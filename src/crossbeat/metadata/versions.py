@@ -155,10 +155,10 @@ def put_many(txn: WriteTxn, metas: list[Meta], *, buckets_checked: bool = False)
     The result (rows, `latest`, journal entries and their seqs) is the one of the puts run
     one after another. The statements are per group, not per version, because each one is
     a GIL hand-off with the event loop (the sqlite3 module releases the GIL around every
-    step). Raises MetadataError, possibly after writing some of the group, if any version
-    is refused, or if the group needs one-by-one treatment (a key replaced in place and
-    written twice): the caller must then roll back and put them one by one.
-    `buckets_checked`: every bucket named has been seen in this transaction.
+    step). Raises MetadataError, having written nothing, if any version is refused, or if
+    the group needs one-by-one treatment (a key replaced in place and written twice): the
+    caller may then put them one by one. `buckets_checked`: every bucket named has been
+    seen in this transaction.
     """
     conn = txn.conn
     rows: list[tuple[str, str, str, str, bool, Meta]] = []
@@ -170,26 +170,47 @@ def put_many(txn: WriteTxn, metas: list[Meta], *, buckets_checked: bool = False)
     ids = {(b, k, v) for b, k, v, *_ in rows}
     if len(ids) < len(rows):
         raise InvalidMetadata("the same version twice in one group")
+    if not rows:
+        return []
+    if len(rows) <= _GROUP_ROWS:
+        return _put_rows(txn, rows)
     out: list[list[Meta]] = []
-    for start in range(0, len(rows), _GROUP_ROWS):
-        out += _put_rows(txn, rows[start : start + _GROUP_ROWS])
+    with txn.savepoint("put_many"):  # a later statement's refusal undoes the earlier ones
+        for start in range(0, len(rows), _GROUP_ROWS):
+            out += _put_rows(txn, rows[start : start + _GROUP_ROWS])
     return out
 
 
 def _put_rows(txn: WriteTxn, rows: list[tuple[str, str, str, str, bool, Meta]]) -> list[list[Meta]]:
+    """`put_many` for at most `_GROUP_ROWS` rows; writes nothing if it raises MetadataError."""
     conn = txn.conn
-    # versions replaced in place (the null version, a replica delivered again): rare
-    found = conn.execute(
+    # One statement reads what the group meets: the current latest sortKey of each key that
+    # has versions, and the versions replaced in place (the null version, a replica
+    # delivered again: rare). New keys return no row. (Every row fetched is a GIL hand-off
+    # with the event loop, as every statement is.)
+    met = conn.execute(
         "WITH x(b, k, v) AS (VALUES " + ", ".join(["(?, ?, ?)"] * len(rows)) + ") "
-        "SELECT v.bucket, v.key, v.version_id FROM x JOIN versions v "
-        "ON v.bucket = x.b AND v.key = x.k AND v.version_id = x.v",
+        "SELECT DISTINCT x.b, x.k, l.sort_key, v.version_id FROM x "
+        "JOIN latest l ON l.bucket = x.b AND l.key = x.k "
+        "LEFT JOIN versions v ON v.bucket = x.b AND v.key = x.k AND v.version_id = x.v",
         [p for row in rows for p in row[:3]],
     ).fetchall()
-    replaced: dict[tuple[str, str, str], Meta] = {}
+    latest = {(b, k): sort_key for b, k, sort_key, _ in met}
+    found = [(b, k, v) for b, k, _, v in met if v is not None]
     if found and len({(b, k) for b, k, *_ in rows}) < len(rows):
         # a key replaced in place and written again in the group: which version was the
         # latest when is only known one by one
         raise InvalidMetadata("a replaced key is written twice in one group")
+    if not found:
+        return _insert_rows(txn, rows, {}, latest)
+    # the DELETEs below come before the INSERT that may refuse the group: undo them then
+    with txn.savepoint("replace"):
+        return _insert_rows(txn, rows, _take_replaced(conn, found), latest)
+
+
+def _take_replaced(conn: sqlite3.Connection, found: list[Any]) -> dict[tuple[str, str, str], Meta]:
+    """Delete the versions about to be replaced in place; return them by (bucket, key, id)."""
+    replaced: dict[tuple[str, str, str], Meta] = {}
     for bucket, key, version_id in found:
         old = get(conn, bucket, key, version_id)
         assert old is not None
@@ -198,6 +219,20 @@ def _put_rows(txn: WriteTxn, rows: list[tuple[str, str, str, str, bool, Meta]]) 
             "DELETE FROM versions WHERE bucket = ? AND key = ? AND version_id = ?",
             (bucket, key, version_id),
         )
+    return replaced
+
+
+def _insert_rows(
+    txn: WriteTxn,
+    rows: list[tuple[str, str, str, str, bool, Meta]],
+    replaced: dict[tuple[str, str, str], Meta],
+    latest: dict[tuple[str, str], str],
+) -> list[list[Meta]]:
+    """Insert the rows' versions, move `latest` (given: each existing key's latest sortKey
+    before the group), append their journal entries. Only the first statement can refuse
+    (a sortKey already used), and a refused statement writes nothing: SQLite's ABORT
+    undoes that statement alone."""
+    conn = txn.conn
     stored_docs: list[Meta] = []
     params: list[Any] = []
     for bucket, key, version_id, sort_key, is_delete_marker, meta in rows:
@@ -215,25 +250,29 @@ def _put_rows(txn: WriteTxn, rows: list[tuple[str, str, str, str, bool, Meta]]) 
         )
     except sqlite3.IntegrityError as exc:
         raise InvalidMetadata(f"a sortKey of the group is already used: {exc}") from exc
-    # `latest`: a new version is the key's latest if its sortKey is the greatest so far. A
-    # replaced version may have been the latest with a greater sortKey: those keys are
-    # recomputed from `versions`, one by one.
+    # `latest`: a new version is the key's latest if its sortKey is the greatest so far,
+    # which the rows and the sortKeys read before tell (the statement's own rule, in SQL,
+    # is the same). A replaced version may have been the latest with a greater sortKey:
+    # those keys are recomputed from `versions`, one by one.
     became_latest: set[tuple[str, str, str]] = set()
     replaced_keys = {(b, k) for b, k, _ in replaced}
     simple = [row for row in rows if (row[0], row[1]) not in replaced_keys]
     if simple:
-        returned = conn.execute(
+        conn.execute(
             "INSERT INTO latest(bucket, key, sort_key, is_delete_marker) VALUES "
             + ", ".join(["(?, ?, ?, ?)"] * len(simple))
             + " ON CONFLICT(bucket, key) DO UPDATE "
             "SET sort_key = excluded.sort_key, is_delete_marker = excluded.is_delete_marker "
-            "WHERE excluded.sort_key > latest.sort_key RETURNING bucket, key, sort_key",
+            "WHERE excluded.sort_key > latest.sort_key",
             [p for b, k, _, sk, dm, _ in simple for p in (b, k, sk, dm)],
-        ).fetchall()
-        became_latest.update((b, k, sk) for b, k, sk in returned)
+        )
+        for bucket, key, _, sort_key, _, _ in simple:
+            top = latest.get((bucket, key))
+            if top is None or sort_key > top:
+                latest[(bucket, key)] = sort_key
+                became_latest.add((bucket, key, sort_key))
     for bucket, key in replaced_keys:
-        latest = _latest_after_insert(conn, bucket, key)
-        became_latest.add((bucket, key, latest))
+        became_latest.add((bucket, key, _latest_after_insert(conn, bucket, key)))
     entries: list[tuple[str, str, str, str | None, bytes | None]] = []
     for (bucket, key, version_id, sort_key, _, _), stored in zip(rows, stored_docs, strict=True):
         stored["isLatest"] = (bucket, key, sort_key) in became_latest

@@ -35,18 +35,39 @@ from typing import Any, TypeVar
 from crossbeat.metadata.errors import StoreClosed
 
 T = TypeVar("T")
+# An SQL expression (and its parameters) giving the newest committed journal seq.
+SeqBase = tuple[str, tuple[Any, ...]]
 log = logging.getLogger(__name__)
 
 
 class WriteTxn:
     """The open write transaction an operation runs in (valid only during the call)."""
 
-    def __init__(self, conn: sqlite3.Connection, last_seq: int, ts: str) -> None:
+    def __init__(self, conn: sqlite3.Connection, seq_base: SeqBase, ts: str) -> None:
         self.conn = conn
-        self.last_seq = last_seq  # seq of the newest journal entry in this transaction so far
+        self._seq_base = seq_base
+        # seq of the newest journal entry in this transaction so far; None until an entry
+        # is appended or `last_seq` is asked for: the first append numbers its entries in
+        # SQL, which saves the statement that would read it (each statement is a GIL
+        # hand-off with the event loop)
+        self._last_seq: int | None = None
         # One timestamp per batch: its entries become visible together, and reading the
         # clock once per batch instead of per entry keeps the writer thread lean.
         self.ts = ts
+
+    @property
+    def last_seq(self) -> int:
+        """The newest seq in the store as this transaction sees it (its own entries too)."""
+        if self._last_seq is None:
+            sql, params = self._seq_base
+            self._last_seq = int(self.conn.execute(f"SELECT {sql}", params).fetchone()[0])
+        return self._last_seq
+
+    @property
+    def seq_known(self) -> bool:
+        """Whether `last_seq` is known without a statement: entries were appended (and not
+        rolled back), or it was read. Until then the transaction has appended nothing."""
+        return self._last_seq is not None
 
     def append_journal(
         self, op: str, bucket: str, key: str, version_id: str | None, value: bytes | None
@@ -66,30 +87,51 @@ class WriteTxn:
         statement; returns the seq of the last."""
         if not entries:
             return self.last_seq
-        seq = self.last_seq
         params: list[object] = []
-        for op, bucket, key, version_id, value in entries:
-            seq += 1
-            params += (seq, op, bucket, key, version_id, value, self.ts)
-        self.conn.execute(
-            "INSERT INTO journal(seq, op, bucket, key, version_id, value, ts) VALUES "
-            + ", ".join(["(?, ?, ?, ?, ?, ?, ?)"] * len(entries)),
+        if self._last_seq is not None:
+            seq = self._last_seq
+            for op, bucket, key, version_id, value in entries:
+                seq += 1
+                params += (seq, op, bucket, key, version_id, value, self.ts)
+            self.conn.execute(
+                "INSERT INTO journal(seq, op, bucket, key, version_id, value, ts) VALUES "
+                + ", ".join(["(?, ?, ?, ?, ?, ?, ?)"] * len(entries)),
+                params,
+            )
+            self._last_seq = seq
+            return seq
+        # The first entries of the transaction: numbered after the newest seq, read by the
+        # same statement. The scalar subquery is evaluated once, before any row goes in
+        # (SQLite stages an INSERT … SELECT that reads its own table), and `seq` is the
+        # rowid, so the cursor's lastrowid is the seq of the last entry.
+        sql, base_params = self._seq_base
+        params += base_params
+        params.append(self.ts)
+        for i, (op, bucket, key, version_id, value) in enumerate(entries, 1):
+            params += (i, op, bucket, key, version_id, value)
+        cursor = self.conn.execute(
+            f"INSERT INTO journal(seq, op, bucket, key, version_id, value, ts) "
+            f"SELECT ({sql}) + x.column1, x.column2, x.column3, x.column4, x.column5, "
+            f"x.column6, ? FROM (VALUES "
+            + ", ".join(["(?, ?, ?, ?, ?, ?)"] * len(entries))
+            + ") AS x ORDER BY x.column1",
             params,
         )
-        self.last_seq = seq
-        return seq
+        assert cursor.lastrowid is not None
+        self._last_seq = cursor.lastrowid
+        return self._last_seq
 
     @contextlib.contextmanager
     def savepoint(self, name: str) -> Iterator[None]:
         """Run the block in SAVEPOINT `name`: if it raises, everything it wrote is rolled
         back (its journal seqs too, keeping seqs dense) and the exception goes on."""
         self.conn.execute(f"SAVEPOINT {name}")
-        seq = self.last_seq
+        seq = self._last_seq
         try:
             yield
         except BaseException:
             self.conn.execute(f"ROLLBACK TO {name}")
-            self.last_seq = seq
+            self._last_seq = seq
             self.conn.execute(f"RELEASE {name}")
             raise
         self.conn.execute(f"RELEASE {name}")
@@ -114,16 +156,17 @@ class WriterStats:
 class GroupCommitWriter:
     """Owns `conn` (opened for use by the writer thread) and commits queued operations.
 
-    `last_seq(conn)` reads the newest journal seq when each batch begins (so another writer
-    process on the same file cannot make seqs collide: BEGIN IMMEDIATE excludes it).
-    `on_commit(last_seq)` runs after every successful commit, before callers are released.
+    `seq_base` is evaluated inside each batch's transaction to number its journal entries
+    (so another writer process on the same file cannot make seqs collide: BEGIN IMMEDIATE
+    excludes it). `on_commit(last_seq)` runs after every commit that appended journal
+    entries, before callers are released.
     """
 
     def __init__(
         self,
         conn: sqlite3.Connection,
         *,
-        last_seq: Callable[[sqlite3.Connection], int],
+        seq_base: SeqBase,
         now: Callable[[], str],
         on_commit: Callable[[int], None],
         max_batch: int,
@@ -140,7 +183,7 @@ class GroupCommitWriter:
         # turns every collision into a long stall.
         self._busy_timeout_s = busy_timeout_s
         conn.execute("PRAGMA busy_timeout = 0")
-        self._last_seq = last_seq
+        self._seq_base = seq_base
         self._now = now
         self._on_commit = on_commit
         self._max_batch = max_batch
@@ -263,7 +306,7 @@ class GroupCommitWriter:
         conn = self._conn
         try:
             self._begin(conn)
-            txn = WriteTxn(conn, self._last_seq(conn), self._now())
+            txn = WriteTxn(conn, self._seq_base, self._now())
             for op in batch:
                 if op.future is not None and not op.future.set_running_or_notify_cancel():
                     continue
@@ -293,7 +336,8 @@ class GroupCommitWriter:
         if not rolled_back:
             self.stats.commits += 1
             self.stats.operations += len(batch)
-            self._on_commit(txn.last_seq)
+            if txn.seq_known:  # else nothing was appended: no reader to wake
+                self._on_commit(txn.last_seq)
         for op, (ok, value) in zip(live, outcomes, strict=True):
             _deliver(op, ok, value)
 

@@ -132,3 +132,15 @@ def test_a_build_that_raises_refuses_only_its_item(pair: Any) -> None:
     assert not isinstance(got[0], BaseException) and isinstance(got[1], ValueError)
     assert isinstance(got[2], NoSuchBucket)
     assert [e.key for e in group.read_journal(0, 10) if e.key] == ["ok"]  # ("" is the bucket)
+
+
+def test_a_refused_group_that_replaced_in_place_is_undone(pair: Any) -> None:
+    """The group deletes the null version it replaces before its INSERT is refused: that
+    attempt is undone and the group stored item by item, as the one-by-one puts do."""
+    taken = version(B, "k")
+    clash = {**version(B, "k"), "sortKey": taken["sortKey"]}
+    outcomes = both(
+        pair, [taken, version(B, "n", "null", size=1)], [version(B, "n", "null", size=2), clash]
+    )
+    assert [isinstance(o, InvalidMetadata) for o in outcomes] == [False, True]
+    assert len(outcomes[0][1]) == 1  # type: ignore[index]  # the old null version, displaced

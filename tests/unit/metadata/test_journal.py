@@ -300,3 +300,27 @@ def test_an_operation_failing_alone_in_its_batch_leaves_nothing(
     store.put_version(version(bucket, "real"))
     entries = store.read_journal(before, 10)
     assert [(e.seq, e.key) for e in entries] == [(before + 1, "real")]
+
+
+def test_a_failed_operation_in_a_batch_gives_back_its_seqs(
+    store: SqliteMetadataStore, bucket: str
+) -> None:
+    """Entries are numbered by the statement that appends them; an operation rolled back to
+    its savepoint gives its seqs back to the next operation of the same batch."""
+    before = store.last_seq()
+
+    def half_done(txn: Any) -> None:
+        txn.append_journal_many([("put", bucket, "ghost", "null", b"{}")] * 3)
+        raise RuntimeError("failed after writing")
+
+    def real(txn: Any) -> int:
+        return int(txn.append_journal("put", bucket, "real", "null", b"{}"))
+
+    def then_more(txn: Any) -> int:
+        return int(txn.append_journal_many([("put", bucket, "more", "null", b"{}")] * 2))
+
+    results = store._writer.submit_many([half_done, real, then_more])
+    assert isinstance(results[0], RuntimeError)
+    assert results[1:] == [before + 1, before + 3]
+    assert [e.key for e in store.read_journal(before, 10)] == ["real", "more", "more"]
+    assert store.last_seq() == before + 3
