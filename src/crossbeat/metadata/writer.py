@@ -268,7 +268,13 @@ class GroupCommitWriter:
                         stopping = True
                         break
                     batch.append(op)
-                self._run_batch(batch)
+                committed, outcomes = self._run_batch(batch)
+            # Callers are told after the turn is given up: another process's batch, waiting
+            # for it, need not also wait for this one's wake-ups and callbacks.
+            if committed is not None:
+                self._on_commit(committed)
+            for op, ok, value in outcomes:
+                _deliver(op, ok, value)
 
     @contextlib.contextmanager
     def _turn(self) -> Iterator[None]:
@@ -300,7 +306,9 @@ class GroupCommitWriter:
                 time.sleep(delay)
                 delay = min(delay * 1.5, 0.002)
 
-    def _run_batch(self, batch: list[_Op]) -> None:
+    def _run_batch(self, batch: list[_Op]) -> tuple[int | None, list[tuple[_Op, bool, Any]]]:
+        """Run and commit `batch`; return the newest seq it committed (None: no entries) and
+        what to deliver to each operation's caller, for `_loop` to hand out."""
         outcomes: list[tuple[bool, Any]] = []
         live: list[_Op] = []  # the operations that run (not cancelled)
         conn = self._conn
@@ -329,17 +337,16 @@ class GroupCommitWriter:
             if conn.in_transaction:
                 with contextlib.suppress(sqlite3.Error):
                     conn.execute("ROLLBACK")
-            for op in batch:
-                if op.future is None or op.future.running():
-                    _deliver(op, False, exc)
-            return
+            return None, [
+                (op, False, exc) for op in batch if op.future is None or op.future.running()
+            ]
+        committed = None
         if not rolled_back:
             self.stats.commits += 1
             self.stats.operations += len(batch)
             if txn.seq_known:  # else nothing was appended: no reader to wake
-                self._on_commit(txn.last_seq)
-        for op, (ok, value) in zip(live, outcomes, strict=True):
-            _deliver(op, ok, value)
+                committed = txn.last_seq
+        return committed, [(op, ok, value) for op, (ok, value) in zip(live, outcomes, strict=True)]
 
 
 def _deliver(op: _Op, ok: bool, value: Any) -> None:
