@@ -35,6 +35,9 @@ from typing import Any, TypeVar
 from crossbeat.metadata.errors import StoreClosed
 
 T = TypeVar("T")
+# Batches between WAL checkpoints: SQLite's automatic checkpoint comes every 1000 pages,
+# and a group of PUTs writes some 20-40.
+CHECKPOINT_EVERY = 32
 # An SQL expression (and its parameters) giving the newest committed journal seq.
 SeqBase = tuple[str, tuple[Any, ...]]
 log = logging.getLogger(__name__)
@@ -183,6 +186,11 @@ class GroupCommitWriter:
         # turns every collision into a long stall.
         self._busy_timeout_s = busy_timeout_s
         conn.execute("PRAGMA busy_timeout = 0")
+        # The WAL is checkpointed by this thread after its turn (see `_loop`), not by
+        # SQLite's automatic checkpoint inside COMMIT, which would copy pages and fsync the
+        # database file while the other processes wait for the turn.
+        conn.execute("PRAGMA wal_autocheckpoint = 0")
+        self._batches_since_checkpoint = 0
         self._seq_base = seq_base
         self._now = now
         self._on_commit = on_commit
@@ -275,6 +283,18 @@ class GroupCommitWriter:
                 self._on_commit(committed)
             for op, ok, value in outcomes:
                 _deliver(op, ok, value)
+            self._batches_since_checkpoint += 1
+            if self._batches_since_checkpoint >= CHECKPOINT_EVERY:
+                self._checkpoint()
+
+    def _checkpoint(self) -> None:
+        """Copy the WAL back into the database (PASSIVE: readers and writers go on; what a
+        reader still needs is left for a later checkpoint), keeping the WAL small."""
+        self._batches_since_checkpoint = 0
+        try:
+            self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+        except sqlite3.Error:  # e.g. busy: the next one copies what this one did not
+            log.debug("metadata writer: WAL checkpoint failed", exc_info=True)
 
     @contextlib.contextmanager
     def _turn(self) -> Iterator[None]:
