@@ -50,9 +50,9 @@ class WriteTxn:
         self.conn = conn
         self._seq_base = seq_base
         # seq of the newest journal entry in this transaction so far; None until an entry
-        # is appended or `last_seq` is asked for: the first append numbers its entries in
-        # SQL, which saves the statement that would read it (each statement is a GIL
-        # hand-off with the event loop)
+        # is appended or `last_seq` is asked for (appends number their entries in SQL,
+        # which saves the statement that would read it: each statement is a GIL hand-off
+        # with the event loop)
         self._last_seq: int | None = None
         # One timestamp per batch: its entries become visible together, and reading the
         # clock once per batch instead of per entry keeps the writer thread lean.
@@ -78,8 +78,9 @@ class WriteTxn:
         """Append one journal entry (value is JSON bytes) and return its seq.
 
         Only the writer thread runs transactions and it runs them one after another, so
-        last_seq + 1 is the next seq in commit order; a rolled-back savepoint restores
-        last_seq (see `savepoint`), keeping seqs dense.
+        the newest seq the transaction sees, + 1, is the next seq in commit order; entries
+        a savepoint rolls back give their seqs back (and `savepoint` restores `last_seq`),
+        keeping seqs dense.
         """
         return self.append_journal_many([(op, bucket, key, version_id, value)])
 
@@ -90,26 +91,13 @@ class WriteTxn:
         statement; returns the seq of the last."""
         if not entries:
             return self.last_seq
-        params: list[object] = []
-        if self._last_seq is not None:
-            seq = self._last_seq
-            for op, bucket, key, version_id, value in entries:
-                seq += 1
-                params += (seq, op, bucket, key, version_id, value, self.ts)
-            self.conn.execute(
-                "INSERT INTO journal(seq, op, bucket, key, version_id, value, ts) VALUES "
-                + ", ".join(["(?, ?, ?, ?, ?, ?, ?)"] * len(entries)),
-                params,
-            )
-            self._last_seq = seq
-            return seq
-        # The first entries of the transaction: numbered after the newest seq, read by the
-        # same statement. The scalar subquery is evaluated once, before any row goes in
-        # (SQLite stages an INSERT … SELECT that reads its own table), and `seq` is the
-        # rowid, so the cursor's lastrowid is the seq of the last entry.
+        # Numbered after the newest seq as this transaction sees it (its own entries too,
+        # less any a savepoint rolled back), read by the same statement rather than by one
+        # of its own. The scalar subquery is evaluated once, before
+        # any row goes in (SQLite stages an INSERT … SELECT that reads its own table), and
+        # `seq` is the rowid, so the cursor's lastrowid is the seq of the last entry.
         sql, base_params = self._seq_base
-        params += base_params
-        params.append(self.ts)
+        params: list[object] = [*base_params, self.ts]
         for i, (op, bucket, key, version_id, value) in enumerate(entries, 1):
             params += (i, op, bucket, key, version_id, value)
         cursor = self.conn.execute(
