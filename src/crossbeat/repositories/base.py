@@ -147,11 +147,12 @@ class Repository(abc.ABC):
             w.write(data)
             return w.commit()
 
-    def stage_bytes(self, data: bytes) -> ObjectWriter | None:
-        """A writer holding `data` already staged (see `ObjectWriter.stage`): its `commit`
-        only waits for durability. None when this repository cannot stage `data`; then
-        nothing was written. Fast enough to call from an event loop (local file writes of
-        a small object at most)."""
+    def small_writer(self, data: bytes) -> ObjectWriter | None:
+        """A writer holding all of `data`, a small object, which it can stage (see
+        `ObjectWriter.stage`): stage several such writers, then commit them, and one shared
+        sync makes them all durable. Writes nothing itself, so it is cheap on an event loop;
+        `stage` does the writing, on any thread. None when this repository cannot stage
+        `data`."""
         return None
 
     def close(self) -> None:  # noqa: B027 - optional hook, most repositories hold nothing

@@ -56,8 +56,8 @@ class ProxyRepository(Repository):
             target = self.owner(data_key) or self.preferred
         return target.writer(data_key, locked=locked)
 
-    def stage_bytes(self, data: bytes) -> ObjectWriter | None:
-        return self.preferred.stage_bytes(data)
+    def small_writer(self, data: bytes) -> ObjectWriter | None:
+        return self.preferred.small_writer(data)
 
     def read(self, data_key: str, start: int = 0, end: int | None = None) -> Iterator[bytes]:
         for backend in self._order:

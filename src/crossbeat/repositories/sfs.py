@@ -240,14 +240,14 @@ class SfsRepository(Repository):
             shutil.rmtree(self.object_dir(data_key), ignore_errors=True)
         return SfsWriter(self, data_key, locked)
 
-    def stage_bytes(self, data: bytes) -> SfsWriter | None:
-        """A new object of at most one chunk, written unsynced; its `commit` joins the next
-        shared syncfs. None without a sync group (each object then fsyncs its files)."""
+    def small_writer(self, data: bytes) -> SfsWriter | None:
+        """A new object of less than one chunk, held in memory: its `stage` writes the
+        files unsynced, and its `commit` joins the next shared syncfs. None for a chunk or
+        more, or without a sync group (each object then fsyncs its files)."""
         if self._sync_group is None or len(data) >= self.chunk_size:
             return None
         writer = SfsWriter(self, new_object_id(), False)
         writer.write(data)
-        writer.stage()
         return writer
 
     def read(self, data_key: str, start: int = 0, end: int | None = None) -> Iterator[bytes]:

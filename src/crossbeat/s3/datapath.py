@@ -71,11 +71,12 @@ async def write_body(
     `then(written)` (blocking; typically the metadata commit) runs on a worker thread right
     after the data is durable; if it raises, the data is deleted.
 
-    Bodies up to `inline_object_bytes` that the repository can stage are verified and
-    written on the event loop; with `group` (which replaces `then`; the result is then the
-    version it built) they commit in a batch with other PUTs (one sync, one metadata
-    transaction), else one worker call waits for durability and runs `then`. Other small
-    bodies are decoded, verified, written and committed in ONE worker call.
+    Bodies up to `inline_object_bytes` that the repository can stage are verified on the
+    event loop; with `group` (which replaces `then`; the result is then the version it
+    built) they are written and committed in a batch with other PUTs (one sync, one
+    metadata transaction), else one worker call writes them, waits for durability and runs
+    `then`. Other small bodies are decoded, verified, written and committed in ONE worker
+    call.
     """
     decoder = BodyDecoder(ctx, req.headers, md5=md5)
     length = decoder.decoded_length
@@ -92,17 +93,17 @@ async def write_body(
             raw_parts.append(raw)
         raw_body = b"".join(raw_parts)
         if length <= gw.settings.inline_object_bytes:
-            # Hash, verify and write the files right here: a few microseconds of hashing and
-            # five file creations cost less than waking a worker thread to do them, and the
-            # worker threads left with only the durability wait barely contend for the GIL.
+            # Hash and verify right here: a few microseconds cost less than waking a worker
+            # thread. The files are written by the put batcher's sync thread, a group at a
+            # time (see put_batcher.py for why not here).
             data = decoder.feed(raw_body)
             checksums = decoder.finish()
-            staged = repo.stage_bytes(data)
+            staged = repo.small_writer(data)
             if staged is not None and group is not None:
                 written, meta = await gw.put_batcher.put(staged, checksums, group.bucket, group.build)
                 return written, cast(T, meta)
             if staged is not None:
-                return await gw.run(_commit_staged, staged, checksums, repo, then)
+                return await gw.run(_commit_small, staged, checksums, repo, then)
             return await gw.run(_store_verified, data, checksums, repo, then)
         return await gw.run(_store_small, decoder, raw_body, repo, then)
 
@@ -156,10 +157,11 @@ def _store_verified(
     return written, _then(repo, written, then)
 
 
-def _commit_staged(
+def _commit_small(
     staged: ObjectWriter, checksums: Checksums, repo: Repository, then: Callable[[Written], T] | None
 ) -> tuple[Written, T | None]:
-    """The durability wait of a staged object, then `then` (worker thread)."""
+    """Write and commit a `Repository.small_writer` (its sync is shared with other
+    commits on the same filesystem), then `then` (worker thread)."""
     try:
         location = staged.commit()
     except BaseException:

@@ -184,7 +184,10 @@ def _store_all(items: list[tuple[Any, bytes]]) -> list[Location | None | BaseExc
     staged: list[ObjectWriter | None | BaseException] = []
     for repo, data in items:
         try:
-            staged.append(repo.stage_bytes(data) if data else None)
+            writer = repo.small_writer(data) if data else None
+            if writer is not None and not writer.stage():
+                writer = None  # written whole below
+            staged.append(writer)
         except Exception as exc:  # noqa: BLE001 - per item
             staged.append(exc)
     out: list[Location | None | BaseException] = []

@@ -64,14 +64,17 @@ def test_one_round_covers_every_ticket_taken_before_it(tmp_path: Path) -> None:
 
 def test_staged_objects_share_one_round_and_abort_removes_them(tmp_path: Path) -> None:
     repo = SfsRepository("r", tmp_path / "sfs", chunk_size=1024)
-    assert repo.stage_bytes(b"z" * 1024) is None  # a whole chunk: not stageable
-    staged = [repo.stage_bytes(f"obj{i}".encode()) for i in range(3)]
+    assert repo.small_writer(b"z" * 1024) is None  # a whole chunk: not stageable
+    staged = [repo.small_writer(f"obj{i}".encode()) for i in range(3)]
     assert all(w is not None for w in staged)
+    assert list(repo.keys()) == []  # held in memory until staged
+    assert all(w.stage() for w in staged if w is not None)
+    assert len(list(repo.keys())) == 3
     locations = [w.commit() for w in staged if w is not None]
     assert repo._sync_group is not None and repo._sync_group.rounds == 1
     assert [repo.read_bytes(loc.dataKey) for loc in locations] == [b"obj0", b"obj1", b"obj2"]
-    dropped = repo.stage_bytes(b"dropped")
-    assert dropped is not None
+    dropped = repo.small_writer(b"dropped")
+    assert dropped is not None and dropped.stage()
     dropped.abort()
     assert sorted(repo.keys()) == sorted(loc.dataKey for loc in locations)
 

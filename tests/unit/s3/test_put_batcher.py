@@ -9,14 +9,15 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
 from crossbeat.metadata import Bucket
 from crossbeat.metadata.errors import InvalidMetadata
 from crossbeat.repositories import syncgroup
-from crossbeat.repositories.sfs import SfsRepository
+from crossbeat.repositories.errors import RepositoryError
+from crossbeat.repositories.sfs import SfsRepository, SfsWriter
 from crossbeat.s3.body import Checksums
 from crossbeat.s3.datapath import Written
 from crossbeat.s3.errors import S3Error
@@ -60,7 +61,7 @@ def checksums() -> Checksums:
 
 async def put_many(gw: Gateway, bucket: str, n: int) -> list[Any]:
     repo = gw.repository("default")
-    staged = [repo.stage_bytes(os.urandom(100 + i)) for i in range(n)]
+    staged = [repo.small_writer(os.urandom(100 + i)) for i in range(n)]
     assert all(s is not None for s in staged)
     return await asyncio.gather(
         *(gw.put_batcher.put(s, checksums(), bucket, build_for(f"k{i}")) for i, s in enumerate(staged) if s),
@@ -110,7 +111,7 @@ def test_one_version_the_store_refuses_leaves_the_rest_of_its_group_stored(gw: G
 
     async def group() -> list[Any]:
         repo = gw.repository("default")
-        staged = [repo.stage_bytes(os.urandom(64)) for _ in range(6)]
+        staged = [repo.small_writer(os.urandom(64)) for _ in range(6)]
         builds = [build_for(f"m{i}") if i != 3 else refused for i in range(6)]
         return await asyncio.gather(
             *(gw.put_batcher.put(s, checksums(), "b", f) for s, f in zip(staged, builds, strict=True) if s),
@@ -126,6 +127,36 @@ def test_one_version_the_store_refuses_leaves_the_rest_of_its_group_stored(gw: G
     entries = gw.store.read_journal(before, 100)
     assert sorted(e.key for e in entries) == ["m0", "m1", "m2", "m4", "m5"]
     assert [e.seq for e in entries] == list(range(before + 1, before + 6))
+
+
+def test_a_put_whose_files_cannot_be_written_fails_alone(gw: Gateway) -> None:
+    """The sync thread writes the files: one that fails answers its own request with the
+    error and leaves nothing behind; the others in its group are stored."""
+    repo = gw.repository("default")
+    assert isinstance(repo, SfsRepository)
+
+    async def group() -> list[Any]:
+        def writer() -> SfsWriter:
+            return cast(SfsWriter, repo.small_writer(os.urandom(64)))
+
+        staged = [writer() for _ in range(4)]
+        bad = staged[2]
+        for i in (0, 1, 3):  # not in the bad one's fan-out directory (nothing is written yet)
+            while staged[i].data_key[-3:] == bad.data_key[-3:]:
+                staged[i] = writer()
+        (repo.root / bad.data_key[-3:]).write_bytes(b"a file where its directory goes")
+        return await asyncio.gather(
+            *(gw.put_batcher.put(s, checksums(), "b", build_for(f"f{i}")) for i, s in enumerate(staged)),
+            return_exceptions=True,
+        )
+
+    results = asyncio.run(group())
+    assert [isinstance(r, RepositoryError) for r in results] == [False, False, True, False]
+    assert "Not a directory" in str(results[2])
+    for i in (0, 1, 3):
+        assert gw.store.get_version("b", f"f{i}", None) is not None
+    assert gw.store.get_version("b", "f2", None) is None
+    assert sorted(repo.keys()) == sorted(r[0].location.dataKey for i, r in enumerate(results) if i != 2)
 
 
 def test_a_closed_batcher_refuses_and_writes_nothing(gw: Gateway) -> None:
@@ -159,12 +190,12 @@ def groups_while_the_store_is_held(gw: Gateway, n: int, *, one_by_one: bool = Fa
         repo = gw.repository("default")
         gw.store._writer.submit_nowait(hold, lambda ok, value: None)  # type: ignore[attr-defined]
         await wait_until(entered.is_set, "the writer to be held")
-        first = repo.stage_bytes(b"first")
+        first = repo.small_writer(b"first")
         assert first is not None
         puts = [asyncio.ensure_future(gw.put_batcher.put(first, checksums(), "b", build_for("first")))]
         await wait_until(lambda: gw.put_batcher._in_store == 1, "the first group to reach the store")
         for i in range(n):
-            staged = repo.stage_bytes(os.urandom(50))
+            staged = repo.small_writer(os.urandom(50))
             assert staged is not None
             puts.append(asyncio.ensure_future(gw.put_batcher.put(staged, checksums(), "b", build_for(f"k{i}"))))
             await asyncio.sleep(0)  # a loop iteration each: one hand-over each
