@@ -3,14 +3,14 @@
 A small PUT's body is verified on the event loop and handed here in memory
 (`Repository.small_writer`); the request then waits here for its acknowledgement:
 
-1. the sync thread takes every object queued so far, writes its files unsynced
-   (`ObjectWriter.stage`) and commits them: the first commit runs one shared syncfs (see
-   `repositories.syncgroup`), which covers the rest. Under load (`put_group_busy_requests`
-   requests in flight in the process, or more) it first waits for the previous group's
-   commit, and writes the files of what it has taken meanwhile: otherwise it wakes for
-   every one or two objects, and each round costs a syncfs, a metadata transaction and
-   several thread wake-ups whatever its size. With fewer requests the rounds overlap the
-   previous commit, which is quicker for each request;
+1. the sync thread writes each object's files unsynced (`ObjectWriter.stage`) as it
+   arrives, and once nothing more is queued commits them all: the first commit runs one
+   shared syncfs (see `repositories.syncgroup`), which covers the rest. Under load
+   (`put_group_busy_requests` requests in flight in the process, or more) it first waits
+   for the previous group's commit, writing the files of what arrives meanwhile: otherwise
+   it wakes for every one or two objects, and each round costs a syncfs, a metadata
+   transaction and several thread wake-ups whatever its size. With fewer requests the
+   rounds overlap the previous commit, which is quicker for each request;
 2. it hands the group to the metadata store (`put_built_versions`) without waiting: the
    store's writer thread reads each bucket once, builds each object's version from the
    bucket as it is at commit time, and stores the group in one transaction (one fsync);
@@ -26,11 +26,11 @@ exchange with the event loop. Each request costs the event loop its parsing and 
 the threads' cost is per group.
 
 The files (up to four directories and two files per object in the seed-003 layout) are
-written by the sync thread, a group back to back right before its syncfs, not by the event
-loop as each request arrives. Measured with 64 s5cmd workers and two gateway processes,
-that takes 15-17% less CPU per PUT (0.605 -> 0.515 ms; the kernel's share of the saving is
-about a third) and gives 7-9% more PUT/s. The event loop, which serves every connection,
-no longer gives up and retakes the GIL around each of those syscalls.
+written by the sync thread, not by the event loop. Measured with 64 s5cmd workers and two
+gateway processes, that takes 15-17% less CPU per PUT (0.605 -> 0.515 ms; the kernel's
+share of the saving is about a third) and gives 7-9% more PUT/s. The event loop, which
+serves every connection, no longer gives up and retakes the GIL around each of those
+syscalls.
 """
 
 from __future__ import annotations
@@ -63,6 +63,10 @@ Meta = dict[str, Any]
 BuildMeta = Callable[["Written", Bucket | None], Meta]
 
 
+# queued by the store's callback: a group has been answered
+_SETTLED: list[_Put] = []  # never filled: compared by identity
+
+
 @dataclass(eq=False)
 class _Put:
     staged: ObjectWriter
@@ -80,6 +84,7 @@ class PutBatcher:
 
     def __init__(self, gw: Gateway) -> None:
         self._gw = gw
+        # lists of PUTs from the loop, _SETTLED from the store's callback, None to stop
         self._sync_queue: queue.SimpleQueue[list[_Put] | None] = queue.SimpleQueue()
         # Puts staged during one loop iteration, handed to the sync thread together: one
         # wake-up of that thread per iteration rather than one per request.
@@ -140,55 +145,71 @@ class PutBatcher:
             thread.start()
 
     def _sync_loop(self) -> None:
-        from crossbeat.s3.datapath import Written
-
-        stopping = False
-        while not stopping:
-            batch = self._sync_queue.get()
-            if batch is None:
-                break
-            self._write_files(batch)
-            if self._busy_requests and self._gw.requests_in_flight >= self._busy_requests:
-                # busy: what arrives while the previous group commits joins this round
-                # (read from another thread: a plain int, a stale value only shifts a round)
-                with self._settled:
-                    self._settled.wait_for(lambda: self._in_store == 0, timeout=5.0)
+        """Write each PUT's files as it arrives; commit what is pending when nothing more
+        is queued, unless busy with a group still in the store (then at `_SETTLED`)."""
+        pending: list[_Put] = []
+        while True:
+            item = self._sync_queue.get()
             while True:
+                if item is None:  # closing: what is pending commits without waiting
+                    if pending:
+                        self._commit(pending)
+                    return
+                if item is not _SETTLED:
+                    pending += self._write_files(item)
                 try:
-                    more = self._sync_queue.get_nowait()
+                    item = self._sync_queue.get_nowait()
                 except queue.Empty:
                     break
-                if more is None:
-                    stopping = True
-                    break
-                self._write_files(more)
-                batch.extend(more)
-            ready: list[_Put] = []
-            for put in batch:
-                if put.error is not None:
-                    continue
-                try:
-                    # the first commit runs the sync round; the others' tickets it covers
-                    put.written = Written(put.staged.commit(), put.checksums)
-                except BaseException as exc:  # noqa: BLE001 - answered to its request
-                    put.staged.abort()
-                    put.error = exc
-                else:
-                    ready.append(put)
-            if len(ready) < len(batch):
-                self._answer([put for put in batch if put.error is not None])
-            if ready:
-                self._store(ready)
+            # busy: what arrives while the previous group commits joins this round
+            # (in_store and requests_in_flight are plain ints read from another thread: a
+            # stale value only shifts a round, and `_stored` queues `_SETTLED` after it)
+            if pending and not (
+                self._in_store
+                and self._busy_requests
+                and self._gw.requests_in_flight >= self._busy_requests
+            ):
+                self._commit(pending)
+                pending = []
 
-    @staticmethod
-    def _write_files(puts: list[_Put]) -> None:
-        """Stage each object (write its files unsynced): one sync then covers them all."""
+    def _write_files(self, puts: list[_Put]) -> list[_Put]:
+        """Stage each object (write its files unsynced): one sync then covers them all.
+        Returns those staged; the others are answered with their error."""
+        staged: list[_Put] = []
+        failed: list[_Put] = []
         for put in puts:
             try:
                 put.staged.stage()
             except BaseException as exc:  # noqa: BLE001 - answered to its request
                 put.staged.abort()
                 put.error = exc
+                failed.append(put)
+            else:
+                staged.append(put)
+        if failed:
+            self._answer(failed)
+        return staged
+
+    def _commit(self, batch: list[_Put]) -> None:
+        """Make the batch's data durable (the first commit runs the sync round, which
+        covers the others), then hand its versions to the store."""
+        from crossbeat.s3.datapath import Written
+
+        ready: list[_Put] = []
+        failed: list[_Put] = []
+        for put in batch:
+            try:
+                put.written = Written(put.staged.commit(), put.checksums)
+            except BaseException as exc:  # noqa: BLE001 - answered to its request
+                put.staged.abort()
+                put.error = exc
+                failed.append(put)
+            else:
+                ready.append(put)
+        if failed:
+            self._answer(failed)
+        if ready:
+            self._store(ready)
 
     def _store(self, group: list[_Put]) -> None:
         items = [(put.bucket, partial(put.build, put.written)) for put in group if put.written is not None]
@@ -226,6 +247,7 @@ class PutBatcher:
         with self._settled:
             self._in_store -= 1
             self._settled.notify_all()
+        self._sync_queue.put(_SETTLED)  # wakes the sync thread if it waits for this
 
     def _answer(self, puts: list[_Put]) -> None:
         """Resolve the requests on their loop (one per gateway process; tests run several)."""

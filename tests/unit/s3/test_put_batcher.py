@@ -166,20 +166,23 @@ def test_a_closed_batcher_refuses_and_writes_nothing(gw: Gateway) -> None:
     assert list(gw.repository("default").keys()) == []
 
 
-async def wait_until(cond: Any, what: str) -> None:
-    deadline = time.monotonic() + 10
+async def wait_until(cond: Any, what: str, timeout: float = 10) -> None:
+    deadline = time.monotonic() + timeout
     while not cond():
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         await asyncio.sleep(0.001)  # the loop goes on meanwhile
 
 
-def groups_while_the_store_is_held(gw: Gateway, n: int, *, one_by_one: bool = False) -> int:
+def groups_while_the_store_is_held(
+    gw: Gateway, n: int, *, one_by_one: bool = False, files_first: bool = False
+) -> int:
     """PUT one object, hold the metadata writer so that its group cannot commit, PUT `n`
     more (each handed to the sync thread in a loop iteration of its own), release the
     writer; return how many groups the batcher committed. The PUTs count as requests in
     flight, as the gateway's request handler counts them. `one_by_one`: each PUT only once
-    the sync thread has taken the one before."""
+    the sync thread has taken the one before. `files_first`: wait until every object's
+    files are written before releasing the writer."""
     entered, release = threading.Event(), threading.Event()
 
     def hold(_txn: Any) -> None:
@@ -205,6 +208,9 @@ def groups_while_the_store_is_held(gw: Gateway, n: int, *, one_by_one: bool = Fa
                     "the sync thread to take the PUT",
                 )
         await wait_until(lambda: not gw.put_batcher._staged, "the last hand-over")
+        if files_first:
+            # (bound under the 5 s after which a sync thread might stop waiting regardless)
+            await wait_until(lambda: len(list(repo.keys())) == n + 1, "the files of every PUT", 3)
         release.set()
         return await asyncio.gather(*puts)
 
@@ -222,8 +228,9 @@ def groups_while_the_store_is_held(gw: Gateway, n: int, *, one_by_one: bool = Fa
 def test_under_load_what_stages_during_a_commit_shares_the_next_round(tmp_path: Path) -> None:
     gw = open_gateway(tmp_path, put_group_busy_requests=5)
     try:
-        # the first object's group, then one group for all twenty staged while it committed
-        assert groups_while_the_store_is_held(gw, 20) == 2
+        # the first object's group, then one group for all twenty that arrived while it
+        # committed, whose files the sync thread wrote meanwhile
+        assert groups_while_the_store_is_held(gw, 20, files_first=True) == 2
     finally:
         gw.close()
 
