@@ -173,43 +173,38 @@ class PutBatcher:
                 pending = []
 
     def _write_files(self, puts: list[_Put]) -> list[_Put]:
-        """Stage each object (write its files unsynced): one sync then covers them all.
-        Returns those staged; the others are answered with their error."""
-        staged: list[_Put] = []
-        failed: list[_Put] = []
-        for put in puts:
-            try:
-                put.staged.stage()
-            except BaseException as exc:  # noqa: BLE001 - answered to its request
-                put.staged.abort()
-                put.error = exc
-                failed.append(put)
-            else:
-                staged.append(put)
-        if failed:
-            self._answer(failed)
-        return staged
+        """Stage each object (write its files unsynced): one sync then covers them all."""
+        return self._each(puts, lambda put: put.staged.stage())
 
     def _commit(self, batch: list[_Put]) -> None:
         """Make the batch's data durable (the first commit runs the sync round, which
         covers the others), then hand its versions to the store."""
         from crossbeat.s3.datapath import Written
 
-        ready: list[_Put] = []
+        def durable(put: _Put) -> None:
+            put.written = Written(put.staged.commit(), put.checksums)
+
+        ready = self._each(batch, durable)
+        if ready:
+            self._store(ready)
+
+    def _each(self, puts: list[_Put], step: Callable[[_Put], object]) -> list[_Put]:
+        """Run `step` on each PUT; answer those it raises for with the error (their data
+        deleted) and return the others."""
+        done: list[_Put] = []
         failed: list[_Put] = []
-        for put in batch:
+        for put in puts:
             try:
-                put.written = Written(put.staged.commit(), put.checksums)
+                step(put)
             except BaseException as exc:  # noqa: BLE001 - answered to its request
                 put.staged.abort()
                 put.error = exc
                 failed.append(put)
             else:
-                ready.append(put)
+                done.append(put)
         if failed:
             self._answer(failed)
-        if ready:
-            self._store(ready)
+        return done
 
     def _store(self, group: list[_Put]) -> None:
         items = [(put.bucket, partial(put.build, put.written)) for put in group if put.written is not None]
