@@ -21,10 +21,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import email.utils
 import http
 import logging
 import socket
 import ssl
+import time
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -142,11 +144,13 @@ class _Exchange:
 
     def _head(self, status: int, headers: list[tuple[bytes, bytes]]) -> bytes:
         parts = [b"HTTP/1.1 %d %s\r\n" % (status, _REASONS.get(status, b""))]
-        has_length = False
+        has_length = has_date = False
         for name, value in headers:
             lname = name.lower()
             if lname == b"content-length":
                 has_length = True
+            elif lname == b"date":
+                has_date = True
             elif lname == b"connection" and b"close" in value.lower():
                 self.keep_alive = False
             parts += (name, b": ", value, b"\r\n")
@@ -155,6 +159,8 @@ class _Exchange:
         if block.count(b"\n") != len(headers) + 1 or block.count(b"\r") != len(headers) + 1:
             raise RuntimeError("invalid HTTP header")
         parts = [block]
+        if not has_date:  # an origin server with a clock must send one (RFC 9110 6.6.1)
+            parts.append(self.conn.server.date_line())
         if not has_length and not self.head_only and status not in (204, 304) and status >= 200:
             self.chunked = True
             parts.append(b"transfer-encoding: chunked\r\n")
@@ -370,6 +376,16 @@ class LeanServer:
         self.scheme = "http"
         self._server: asyncio.AbstractServer | None = None
         self._stopped = asyncio.Event()
+        self._date_second = -1
+        self._date_line = b""
+
+    def date_line(self) -> bytes:
+        """The `date` header line for now (IMF-fixdate), formatted once a second."""
+        second = int(time.time())
+        if second != self._date_second:
+            self._date_line = b"date: %s\r\n" % email.utils.formatdate(second, usegmt=True).encode()
+            self._date_second = second
+        return self._date_line
 
     async def serve(self, sock: socket.socket, ssl_context: ssl.SSLContext | None, grace: float) -> None:
         """Serve until `stop()`, then let requests in flight finish (at most `grace` s)."""

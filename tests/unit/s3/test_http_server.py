@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import email.utils
 import socket
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -25,6 +27,11 @@ async def echo(scope: dict[str, Any], receive: Any, send: Any) -> None:
     if scope["path"] == "/inject":  # a header value smuggling a second header
         await send({"type": "http.response.start", "status": 200, "headers": [(b"x-a", b"1\r\nx-b: 2")]})
     out = b"%s %s %s %s" % (scope["method"].encode(), scope["raw_path"], scope["query_string"], body)
+    if scope["path"] == "/dated":  # the app's own Date is kept, not doubled
+        date = b"Mon, 02 Mar 2026 10:00:00 GMT"
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"date", date), (b"content-length", b"0")]})
+        await send({"type": "http.response.body", "body": b""})
+        return
     if scope["path"] == "/chunked":
         await send({"type": "http.response.start", "status": 200, "headers": []})
         await send({"type": "http.response.body", "body": out[:3], "more_body": True})
@@ -85,6 +92,26 @@ def test_keep_alive_and_pipelining() -> None:
         )
         assert (await read_response(reader))[1] == b"PUT /b  hello"
         assert (await read_response(reader))[1] == b"PUT /c  bye"
+        writer.close()
+
+    run(echo, client)
+
+
+def test_every_response_has_a_date() -> None:
+    async def client(port: int) -> None:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        before = time.time()
+        writer.write(b"GET /a HTTP/1.1\r\nHost: h\r\n\r\n")
+        head, _ = await read_response(reader)
+        dates = [line[6:] for line in head.split(b"\r\n") if line.lower().startswith(b"date: ")]
+        assert len(dates) == 1
+        sent = email.utils.parsedate_to_datetime(dates[0].decode()).timestamp()
+        assert int(before) <= sent <= time.time() + 1  # IMF-fixdate has whole seconds
+        writer.write(b"GET /dated HTTP/1.1\r\nHost: h\r\n\r\n")
+        head, _ = await read_response(reader)
+        assert [line for line in head.split(b"\r\n") if line.lower().startswith(b"date:")] == [
+            b"date: Mon, 02 Mar 2026 10:00:00 GMT"
+        ]
         writer.close()
 
     run(echo, client)
