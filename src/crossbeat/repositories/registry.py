@@ -128,6 +128,7 @@ def _open_sfs(name: str, settings: RepositorySettings, data_dir: Path) -> Reposi
         _sfs_root(name, settings, data_dir),
         chunk_size=settings.chunk_size,
         siphash_key=settings.siphash_key_bytes,
+        prepared_objects=settings.prepared_objects,
     )
 
 

@@ -47,6 +47,13 @@ class RepositorySettings(BaseModel):
         default=None,
         description="16 bytes as 32 hex digits; default: generated and persisted in the root",
     )
+    prepared_objects: int = Field(
+        default=256,
+        ge=0,
+        le=50_000,
+        description="small objects' directories made ahead, per gateway process, by a helper "
+        "at idle CPU priority (see sfs_prepared); 0: each PUT makes its own",
+    )
 
     # s3
     endpoint_url: str | None = None

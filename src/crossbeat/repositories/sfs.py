@@ -11,6 +11,10 @@ and fsynced, their directories fsynced, then the manifest goes to a temporary fi
 fsynced and renamed into place, and the object's directories are fsynced. A crash at any
 point therefore leaves either a complete, durable object or a directory without a manifest,
 which reads treat as absent and `cleanup` removes. Empty directories are normal (the seed).
+
+Small objects (under one chunk) are written unsynced and made durable by one shared syncfs
+(`syncgroup`); with `prepared_objects`, their directories come ready-made from a helper that
+makes them ahead, at idle CPU priority (`sfs_prepared`).
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from crossbeat.repositories.errors import CorruptData, NoSuchData, RepositoryErr
 from crossbeat.repositories.location import Location
 from crossbeat.repositories.object_ids import check_object_id, is_object_id, new_object_id
 from crossbeat.repositories.sfs_manifest import Manifest, ManifestInvalid
+from crossbeat.repositories.sfs_prepared import PreparedDirs, make_object_dirs
 from crossbeat.repositories.syncgroup import SyncGroup
 
 DEFAULT_CHUNK_SIZE = 4 * 1024 * 1024
@@ -149,6 +154,7 @@ class SfsRepository(Repository):
         chunk_size: int = DEFAULT_CHUNK_SIZE,
         siphash_key: bytes | None = None,
         group_sync: bool = True,
+        prepared_objects: int = 0,
     ) -> None:
         if chunk_size <= 0:
             raise RepositoryError(f"chunk size must be positive, got {chunk_size}")
@@ -167,6 +173,13 @@ class SfsRepository(Repository):
         # Single-chunk objects commit through one shared syncfs instead of ~6 fsyncs each
         # (see syncgroup.py); on platforms without syncfs every object fsyncs its files.
         self._sync_group = SyncGroup(self.root) if group_sync and syncgroup.available() else None
+        # Directories for small objects made ahead by an idle-priority helper (see
+        # sfs_prepared.py); only with the sync group, which is what makes them durable.
+        self._prepared = (
+            PreparedDirs(self._root, prepared_objects)
+            if prepared_objects > 0 and self._sync_group is not None
+            else None
+        )
 
     # -- paths ---------------------------------------------------------------------------
 
@@ -246,9 +259,15 @@ class SfsRepository(Repository):
         more, or without a sync group (each object then fsyncs its files)."""
         if self._sync_group is None or len(data) >= self.chunk_size:
             return None
-        writer = SfsWriter(self, new_object_id(), False)
+        key = self._prepared.take() if self._prepared is not None and data else None
+        writer = SfsWriter(self, key or new_object_id(), False, prepared=key is not None)
         writer.write(data)
         return writer
+
+    def close(self) -> None:
+        """Stop the directory-making helper, if one runs (see `sfs_prepared`)."""
+        if self._prepared is not None:
+            self._prepared.close()
 
     def read(self, data_key: str, start: int = 0, end: int | None = None) -> Iterator[bytes]:
         manifest = self._visible_manifest(data_key)
@@ -389,15 +408,7 @@ class SfsRepository(Repository):
 
     def _make_object_dirs(self, data_key: str, group: int) -> None:
         """Create `{fanout}/{objectId}/chunks/{group}` with as few syscalls as possible."""
-        obj_dir = self.object_dir(data_key)
-        try:
-            os.mkdir(obj_dir)
-        except FileNotFoundError:  # the first object of its fan-out directory
-            with contextlib.suppress(FileExistsError):
-                os.mkdir(obj_dir[: -len(data_key) - 1])
-            os.mkdir(obj_dir)
-        os.mkdir(f"{obj_dir}/chunks")
-        os.mkdir(f"{obj_dir}/chunks/{group}")
+        make_object_dirs(self._root, data_key, group)
 
     def _sync_fanout(self, data_key: str) -> None:
         """Make the object directory's entry, and its fan-out directory's, durable."""
@@ -431,10 +442,13 @@ class SfsWriter(ObjectWriter):
     straight from the caller's buffer without copying.
     """
 
-    def __init__(self, repo: SfsRepository, data_key: str, locked: bool) -> None:
+    def __init__(
+        self, repo: SfsRepository, data_key: str, locked: bool, prepared: bool = False
+    ) -> None:
         self.repo = repo
         self.data_key = data_key
         self._locked = locked
+        self._prepared = prepared  # `{objectId}/chunks/0` was made ahead (sfs_prepared)
         self._chunk_size = repo.chunk_size
         self._buffer = bytearray()
         self._digests: list[str] = []
@@ -574,9 +588,9 @@ class SfsWriter(ObjectWriter):
         repo, key = self.repo, self.data_key
         obj_dir = repo.object_dir(key)
         if self._buffer:
-            self.repo._make_object_dirs(key, 0)
+            if not self._prepared:
+                repo._make_object_dirs(key, 0)
             self._groups.append(0)
-            _write_file(repo.chunk_path(key, 0), self._buffer, sync=False)
             self._digests.append(repo.digest(self._buffer))
             self._size = len(self._buffer)
         else:
@@ -584,8 +598,20 @@ class SfsWriter(ObjectWriter):
                 os.mkdir(obj_dir)
             except FileNotFoundError:
                 os.makedirs(obj_dir)
+        try:
+            self._write_small_files(obj_dir)
+        except FileNotFoundError:
+            if not self._prepared:
+                raise
+            # its directories were removed after they were made (a cleanup pass)
+            os.makedirs(f"{obj_dir}/chunks/0", exist_ok=True)
+            self._write_small_files(obj_dir)
+
+    def _write_small_files(self, obj_dir: str) -> None:
+        if self._buffer:
+            _write_file(self.repo.chunk_path(self.data_key, 0), self._buffer, sync=False)
         manifest = Manifest(
-            object_id=key,
+            object_id=self.data_key,
             size=self._size,
             chunk_size=self._chunk_size,
             digests=tuple(self._digests),

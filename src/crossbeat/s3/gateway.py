@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 from crossbeat.metadata import Bucket, MetadataStore, open_store
 from crossbeat.metadata.settings import MetadataSettings
 from crossbeat.repositories import CorruptData, NoSuchData, Repository, open_repositories
-from crossbeat.repositories.registry import cleanup_repositories
+from crossbeat.repositories.registry import cleanup_repositories, names_by_repository
 from crossbeat.repositories.settings import RepositorySettings
 from crossbeat.s3 import router
 from crossbeat.s3.auth import Principal, authenticate
@@ -92,6 +92,8 @@ class Gateway:
         self.executor.shutdown(wait=True)
         self.poll_executor.shutdown(wait=True, cancel_futures=True)
         self.store.close()
+        for repo, _names in names_by_repository(self.repositories):
+            repo.close()  # stops helpers (sfs_prepared) and clients
 
     # -- helpers for handlers -----------------------------------------------------------
     async def run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:

@@ -23,6 +23,7 @@ from crossbeat.s3.datapath import Written
 from crossbeat.s3.errors import S3Error
 from crossbeat.s3.gateway import Gateway
 from crossbeat.s3.settings import GatewaySettings
+from tests.support.procs import wait_until as poll_until
 
 pytestmark = pytest.mark.skipif(not syncgroup.available(), reason="syncfs(2) is Linux-only")
 
@@ -271,3 +272,26 @@ def test_the_gateway_counts_the_requests_it_is_handling(gw: Gateway) -> None:
 
     sent = asyncio.run(run())
     assert sent[0]["status"] == 403
+
+
+def test_small_puts_take_directories_made_ahead_and_close_stops_the_helper(tmp_path: Path) -> None:
+    gateway = open_gateway(tmp_path)
+    repo = gateway.repository("default")
+    assert isinstance(repo, SfsRepository) and repo._prepared is not None  # on by default
+    prepared = repo._prepared
+    try:
+        results: list[Any] = []
+
+        def some_taken() -> bool:
+            results[:] = asyncio.run(put_many(gateway, "b", 8))  # k0..k7 again: the last stand
+            return prepared.taken > 0
+
+        poll_until(some_taken, what="a small PUT in prepared directories")
+        for written, meta in results:
+            assert meta["location"] == [written.location.to_json()]
+            assert len(repo.read_bytes(written.location.dataKey)) == written.size
+        assert prepared._proc is not None
+        helper = prepared._proc
+    finally:
+        gateway.close()
+    assert helper.returncode is not None  # stopped and reaped with the gateway

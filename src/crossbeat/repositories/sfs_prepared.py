@@ -1,0 +1,199 @@
+"""Object directories made ahead of need, in CPU time nobody else wants, for small objects.
+
+A small object in the seed-003 layout needs up to four new directories (its fan-out
+directory, `{objectId}/`, `chunks/`, `chunks/0/`) before its two files. On ext4 each new
+directory costs an inode and a zeroed directory block, about a tenth of the CPU a 4 KiB PUT
+costs the whole machine (s5cmd client included; measured with perf). A gateway that
+acknowledges only after fsync leaves the CPU idle part of the time while it waits for the
+disk (11-12% with 64 s5cmd clients), so a helper process running at `SCHED_IDLE` priority
+makes those directories in that idle time, for object ids it picks itself, and hands the ids
+over a pipe. Measured (interleaved rounds of 2,000 4 KiB PUTs, 64 workers, two gateway
+processes): +7-8% PUT/s with the default 256, machine idle 11.7% -> 6.0%.
+
+Contract:
+- `take()` never waits for the helper: it costs at most one non-blocking read (and, the
+  first time, starting the helper). It returns an objectId whose directories
+  `{fanout}/{id}/chunks/0` were made, or None when none is ready (the caller then makes an
+  id and its directories itself). Each id is handed out once: one `PreparedDirs` per
+  process and repository.
+- The pipe's capacity bounds how many are made ahead (`count`, rounded up by the kernel to a
+  power-of-two number of pages): the helper blocks writing to a full pipe, so an idle
+  gateway costs nothing after its pool is full.
+- An id dates from when its directories were made, not from when its object is written.
+- Nothing here is synced. The directories are made durable by the shared syncfs that
+  commits the object written into them (syncfs covers the whole filesystem, whoever wrote).
+- Directories never used (a crash, a stop) are incomplete objects without a manifest: the
+  cleanup pass removes them (the gateway runs it with no age limit at start), and `close()`
+  removes those it was holding. If something removes a prepared directory before its
+  object is written (a cleanup pass run while the gateway serves), the writer finds it
+  missing and makes it again: the id is still its own.
+- The helper exits on SIGTERM (`close()`) or when the pipe's read end is closed (this
+  process died).
+
+The helper imports this module and `object_ids` without the packages' `__init__` modules
+(which import pydantic and take a fifth of a second), so it starts in milliseconds.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import fcntl
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+
+from crossbeat.repositories.object_ids import ID_WIDTH, new_object_id
+
+_RECORD = ID_WIDTH + 1  # an id and a newline
+# The helper's program: this module's `_helper`, imported under stand-in packages (stdlib
+# only; -I -S: no environment, no site-packages).
+_BOOTSTRAP = (
+    "import sys, types\n"
+    "for name, path in zip(('crossbeat', 'crossbeat.repositories'), sys.argv[1:3]):\n"
+    "    pkg = types.ModuleType(name); pkg.__path__ = [path]; sys.modules[name] = pkg\n"
+    "from crossbeat.repositories.sfs_prepared import _helper\n"
+    "_helper(sys.argv[3], int(sys.argv[4]))\n"
+)
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+class PreparedDirs:
+    """Object ids with their directories made in advance, for the sfs repository at `root`."""
+
+    def __init__(self, root: str, count: int) -> None:
+        if count <= 0:
+            raise ValueError("count must be positive")
+        self.root = root
+        self.count = count
+        self._ids: collections.deque[str] = collections.deque()
+        self._lock = threading.Lock()
+        self._fd: int | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._closed = False
+        self.taken = 0  # ids handed out (tests and diagnostics)
+
+    def take(self) -> str | None:
+        """A prepared objectId, or None if none is ready; starts the helper on first use."""
+        ids = self._ids
+        if not ids:
+            with self._lock:
+                if self._closed:
+                    return None
+                if self._fd is None:
+                    self._start()
+                    return None
+                self._read(self._fd)
+            if not ids:
+                return None
+        try:
+            key = ids.popleft()
+        except IndexError:  # another thread took the last one
+            return None
+        self.taken += 1
+        return key
+
+    def _start(self) -> None:
+        read_fd, write_fd = os.pipe2(os.O_CLOEXEC)
+        try:
+            with contextlib.suppress(OSError):  # at least one page whatever we ask
+                fcntl.fcntl(write_fd, fcntl.F_SETPIPE_SZ, self.count * _RECORD)
+            os.set_blocking(read_fd, False)
+            self._proc = subprocess.Popen(
+                [sys.executable, "-I", "-S", "-c", _BOOTSTRAP, os.path.dirname(_PACKAGE_DIR),
+                 _PACKAGE_DIR, self.root, str(write_fd)],
+                pass_fds=(write_fd,),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+            )
+        except BaseException:
+            os.close(read_fd)
+            raise
+        finally:
+            os.close(write_fd)  # the helper holds the only write end
+        self._fd = read_fd
+
+    def _read(self, fd: int) -> int:
+        """Move what the helper has made from the pipe to `_ids`; how many ids came."""
+        try:
+            # records are written whole (each is under PIPE_BUF, so atomic), so a read of a
+            # multiple of the record size returns whole records
+            data = os.read(fd, self.count * _RECORD)
+        except BlockingIOError:
+            return 0
+        self._ids.extend(data[i : i + ID_WIDTH].decode() for i in range(0, len(data), _RECORD))
+        return len(data) // _RECORD
+
+    def close(self) -> None:
+        """Stop the helper and remove the directories made and not handed out."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            fd, self._fd = self._fd, None
+            proc, self._proc = self._proc, None
+        if fd is None:
+            return
+        if proc is not None:
+            proc.terminate()  # it removes the directories it is making, then exits
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        while self._read(fd):  # what it made before it stopped
+            pass
+        os.close(fd)
+        for key in self._ids:
+            shutil.rmtree(f"{self.root}/{key[-3:]}/{key}", ignore_errors=True)
+        self._ids.clear()
+
+
+class _Stop(Exception):
+    """SIGTERM in the helper."""
+
+
+def _stop(signum: int, frame: object) -> None:
+    raise _Stop
+
+
+def make_object_dirs(root: str, key: str, group: int = 0) -> None:
+    """Make `{root}/{fanout}/{key}/chunks/{group}` with as few syscalls as possible."""
+    obj_dir = f"{root}/{key[-3:]}/{key}"
+    try:
+        os.mkdir(obj_dir)
+    except FileNotFoundError:  # the first object of its fan-out directory
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(obj_dir[: -len(key) - 1])
+        os.mkdir(obj_dir)
+    os.mkdir(f"{obj_dir}/chunks")
+    os.mkdir(f"{obj_dir}/chunks/{group}")
+
+
+def _helper(root: str, fd: int) -> None:
+    """Make directories for new ids and write the ids to `fd` until SIGTERM or until the
+    pipe's reader is gone; then remove the directories being made, which nobody will get."""
+    try:  # run only when a CPU would otherwise idle
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+    except (OSError, AttributeError):  # not Linux
+        with contextlib.suppress(OSError):
+            os.nice(19)
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops the gateway, which stops us
+    key = None
+    try:
+        while True:
+            key = new_object_id()
+            try:
+                make_object_dirs(root, key)
+            except FileExistsError:  # an id made twice: never seen, but not this helper's end
+                key = None
+                continue
+            os.write(fd, f"{key}\n".encode())  # blocks while the pool is full
+            key = None
+    except (_Stop, OSError):  # stopped; EPIPE: the gateway died; the root is gone
+        if key is not None:
+            shutil.rmtree(f"{root}/{key[-3:]}/{key}", ignore_errors=True)
