@@ -39,6 +39,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import fcntl
+import logging
 import os
 import shutil
 import signal
@@ -48,6 +49,7 @@ import threading
 
 from crossbeat.repositories.object_ids import ID_WIDTH, new_object_id
 
+log = logging.getLogger("crossbeat.repositories")
 _RECORD = ID_WIDTH + 1  # an id and a newline
 # The helper's program: this module's `_helper`, imported under stand-in packages (stdlib
 # only; -I -S: no environment, no site-packages).
@@ -74,6 +76,7 @@ class PreparedDirs:
         self._fd: int | None = None
         self._proc: subprocess.Popen[bytes] | None = None
         self._closed = False
+        self._gone = False  # the helper could not start, or ended: nothing more will come
         self.taken = 0  # ids handed out (tests and diagnostics)
 
     def take(self) -> str | None:
@@ -81,10 +84,15 @@ class PreparedDirs:
         ids = self._ids
         if not ids:
             with self._lock:
-                if self._closed:
+                if self._closed or self._gone:
                     return None
                 if self._fd is None:
-                    self._start()
+                    try:
+                        self._start()
+                    except OSError:
+                        self._gone = True
+                        log.warning("cannot start the sfs directory helper for %s: small "
+                                    "objects make their own directories", self.root, exc_info=True)
                     return None
                 self._read(self._fd)
             if not ids:
@@ -124,6 +132,11 @@ class PreparedDirs:
             data = os.read(fd, self.count * _RECORD)
         except BlockingIOError:
             return 0
+        if not data and not self._gone:  # end of file: the helper is gone
+            self._gone = True
+            if not self._closed:
+                log.warning("the sfs directory helper for %s ended: small objects make their "
+                            "own directories", self.root)
         self._ids.extend(data[i : i + ID_WIDTH].decode() for i in range(0, len(data), _RECORD))
         return len(data) // _RECORD
 

@@ -156,3 +156,26 @@ def test_prepared_dirs_need_a_positive_count(tmp_path: Path) -> None:
         PreparedDirs(str(tmp_path), 0)
     repo = SfsRepository("r", tmp_path / "sfs")  # off unless asked for
     assert repo._prepared is None
+
+
+def test_small_objects_make_their_own_directories_once_the_helper_is_gone(tmp_path: Path) -> None:
+    repo = SfsRepository("r", tmp_path / "sfs", prepared_objects=8)
+    try:
+        take_prepared(repo).abort()
+        os.kill(helper_pid(repo), 9)
+        prepared = repo._prepared
+        assert prepared is not None
+
+        def drained() -> bool:  # what it made before it died is still handed out
+            writer = repo.small_writer(b"x")
+            assert writer is not None
+            writer.abort()
+            return prepared._gone
+
+        wait_until(drained, what="the end of the helper's pipe")
+        writer = repo.small_writer(b"own directories")
+        assert isinstance(writer, SfsWriter) and not writer._prepared
+        assert writer.stage()
+        assert repo.read_bytes(writer.commit().dataKey) == b"own directories"
+    finally:
+        repo.close()
