@@ -16,9 +16,11 @@ Contract:
   `{fanout}/{id}/chunks/0` were made, or None when none is ready (the caller then makes an
   id and its directories itself). Each id is handed out once: one `PreparedDirs` per
   process and repository.
-- The pipe's capacity bounds how many are made ahead (`count`, rounded up by the kernel to a
-  power-of-two number of pages): the helper blocks writing to a full pipe, so an idle
-  gateway costs nothing after its pool is full.
+- The pipe's capacity bounds how many are made ahead: the helper blocks writing to a full
+  pipe, so an idle gateway costs nothing after its pool is full. The pipe holds `count` ids
+  rounded up by the kernel to a power-of-two number of pages (256 -> 409), and this process
+  reads up to `count` at a time, so up to about 2.6 x `count` exist (measured: 1139 made
+  ahead for two gateway processes at the default 256).
 - An id dates from when its directories were made, not from when its object is written.
 - Nothing here is synced. The directories are made durable by the shared syncfs that
   commits the object written into them (syncfs covers the whole filesystem, whoever wrote).
