@@ -36,7 +36,7 @@ from crossbeat.repositories.errors import CorruptData, NoSuchData, RepositoryErr
 from crossbeat.repositories.location import Location
 from crossbeat.repositories.object_ids import check_object_id, is_object_id, new_object_id
 from crossbeat.repositories.sfs_manifest import Manifest, ManifestInvalid
-from crossbeat.repositories.sfs_prepared import PreparedDirs, make_object_dirs
+from crossbeat.repositories.sfs_prepared import PreparedDirs, make_object_dirs, object_dir
 from crossbeat.repositories.syncgroup import SyncGroup
 
 DEFAULT_CHUNK_SIZE = 4 * 1024 * 1024
@@ -185,7 +185,7 @@ class SfsRepository(Repository):
 
     def object_dir(self, data_key: str) -> str:
         """`{root}/{last 3 chars}/{objectId}` (the key must already be checked)."""
-        return f"{self._root}/{data_key[-3:]}/{data_key}"
+        return object_dir(self._root, data_key)
 
     def chunk_path(self, data_key: str, index: int) -> str:
         group = index // CHUNKS_PER_DIR

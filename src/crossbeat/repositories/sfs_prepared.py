@@ -163,7 +163,7 @@ class PreparedDirs:
             pass
         os.close(fd)
         for key in self._ids:
-            shutil.rmtree(f"{self.root}/{key[-3:]}/{key}", ignore_errors=True)
+            shutil.rmtree(object_dir(self.root, key), ignore_errors=True)
         self._ids.clear()
 
 
@@ -175,9 +175,14 @@ def _stop(signum: int, frame: object) -> None:
     raise _Stop
 
 
+def object_dir(root: str, key: str) -> str:
+    """`{root}/{last 3 chars}/{objectId}`: an object's directory in the seed-003 layout."""
+    return f"{root}/{key[-3:]}/{key}"
+
+
 def make_object_dirs(root: str, key: str, group: int = 0) -> None:
     """Make `{root}/{fanout}/{key}/chunks/{group}` with as few syscalls as possible."""
-    obj_dir = f"{root}/{key[-3:]}/{key}"
+    obj_dir = object_dir(root, key)
     try:
         os.mkdir(obj_dir)
     except FileNotFoundError:  # the first object of its fan-out directory
@@ -211,4 +216,4 @@ def _helper(root: str, fd: int) -> None:
             key = None
     except (_Stop, OSError):  # stopped; EPIPE: the gateway died; the root is gone
         if key is not None:
-            shutil.rmtree(f"{root}/{key[-3:]}/{key}", ignore_errors=True)
+            shutil.rmtree(object_dir(root, key), ignore_errors=True)
