@@ -185,8 +185,10 @@ def _store_all(items: list[tuple[Any, bytes]]) -> list[Location | None | BaseExc
     for repo, data in items:
         try:
             writer = repo.small_writer(data) if data else None
-            if writer is not None and not writer.stage():
-                writer = None  # written whole below
+            if writer is not None:
+                # written now, so that the first commit's sync covers it; a writer that
+                # cannot stage writes its object in `commit`
+                writer.stage()
             staged.append(writer)
         except Exception as exc:  # noqa: BLE001 - per item
             staged.append(exc)
