@@ -28,6 +28,12 @@ is dirty), and scans past every such inode on each allocation; after a mass dele
 run, an earlier benchmark's cleanup) a new directory took up to 0.5 ms of CPU instead of
 30 us, measured. That penalises a server that makes files per object, never SeaweedFS.
 
+Each server's 4 KiB PUT rounds also report what a PUT cost the machine, in CPU: the server's
+processes (all threads, helpers included), the load generator, and the rest of the machine
+(mostly kernel threads writing dirty pages back: for a server that fsyncs, that writeback
+happens during its own round; for one that does not, after it, when `os.sync()` runs off
+the clock), with the share of the machine left idle. Linux /proc accounting in clock ticks.
+
 Durability of each side (stated, not equal):
 - crossbeat: a PUT is acknowledged after its chunk file and manifest are fsynced and its
   metadata + journal entry are committed with synchronous=FULL (group commit). The
@@ -57,6 +63,7 @@ import functools
 import json
 import os
 import re
+import resource
 import shutil
 import signal
 import socket
@@ -102,6 +109,52 @@ class Server:
     name: str
     url: str
     durability: str
+    pid: int  # the server's process: its CPU is that of this process and its descendants
+
+
+@dataclass
+class Cpu:
+    """What one timed command cost the machine, per PUT, in ms of CPU, by who spent it."""
+
+    server: float  # the server's processes (all their threads, helpers included)
+    client: float  # the load generator
+    rest: float  # everything else: kernel threads (page writeback), interrupts, other processes
+    idle: float  # fraction of the machine's CPU time left idle
+
+
+def _stat(pid: int) -> list[str]:
+    """/proc/PID/stat fields after the command name (field 3 onward)."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+
+
+def tree_cpu(root: int) -> float:
+    """CPU seconds spent so far by `root` and its live descendants, with their reaped
+    children (Linux /proc; clock ticks, so about 10 ms resolution per process)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                children.setdefault(int(_stat(int(entry))[1]), []).append(int(entry))
+            except (OSError, IndexError, ValueError):  # gone meanwhile
+                continue
+    total, todo = 0, [root]
+    while todo:
+        pid = todo.pop()
+        try:
+            fields = _stat(pid)
+        except OSError:
+            continue
+        total += sum(int(f) for f in fields[11:15])  # utime stime cutime cstime
+        todo += children.get(pid, [])
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def machine_cpu() -> tuple[float, float]:
+    """(busy, idle) CPU seconds of the whole machine since boot (/proc/stat)."""
+    ticks = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = ticks[3] + ticks[4]  # idle, iowait
+    busy = sum(ticks[:8]) - idle  # guest time is already counted in user
+    return busy / os.sysconf("SC_CLK_TCK"), idle / os.sysconf("SC_CLK_TCK")
 
 
 @contextmanager
@@ -118,7 +171,7 @@ def crossbeat(tmp: Path) -> Iterator[Server]:
             url = line.strip().rsplit(" ", 1)[-1]
             break
     try:
-        yield Server("crossbeat", url, "fsync data + metadata before ack (group commit)")
+        yield Server("crossbeat", url, "fsync data + metadata before ack (group commit)", proc.pid)
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=30)
@@ -169,9 +222,10 @@ def seaweedfs(tmp: Path, fsync: bool = False) -> Iterator[Server]:
             )
             if not re.search(r'"fsync":\s*true', shell.stdout):
                 raise RuntimeError(f"weed fs.configure -fsync failed: {shell.stdout[-1000:]}{shell.stderr[-1000:]}")
-            yield Server(name, url, "fsync of the volume .dat per write (fs.configure -fsync); .idx and filer metadata unsynced")
+            yield Server(name, url, "fsync of the volume .dat per write (fs.configure -fsync); .idx and filer metadata "
+                         "unsynced", proc.pid)
         else:
-            yield Server(name, url, "no fsync per request (weed default)")
+            yield Server(name, url, "no fsync per request (weed default)", proc.pid)
     finally:
         proc.send_signal(signal.SIGTERM)
         try:
@@ -188,7 +242,7 @@ def moto(tmp: Path) -> Iterator[Server]:
     url = f"http://127.0.0.1:{port}"
     try:
         wait_http(url)
-        yield Server("moto", url, "in memory")
+        yield Server("moto", url, "in memory", proc.pid)
     finally:
         proc.terminate()
         proc.wait(timeout=30)
@@ -201,15 +255,32 @@ def s3(url: str) -> Any:  # boto3 clients are built at run time: untyped
 
 def s5(url: str, workers: int, *args: str) -> float:
     """Run s5cmd, return seconds taken (from a page cache with nothing dirty in it)."""
+    return s5_cpu(url, workers, *args)[0]
+
+
+def s5_cpu(url: str, workers: int, *args: str, pid: int | None = None, ops: int = 1) -> tuple[float, Cpu | None]:
+    """`s5`, and with the server's `pid` what the command cost the machine per op."""
     env = dict(os.environ, AWS_ACCESS_KEY_ID=AK, AWS_SECRET_ACCESS_KEY=SK, AWS_REGION="us-east-1")
     cmd = [str(BIN / "s5cmd"), "--endpoint-url", url, "--numworkers", str(workers), "--retry-count", "1", *args]
     os.sync()  # what earlier commands left dirty is written out on no one's clock
+    server0 = tree_cpu(pid) if pid is not None else 0.0
+    busy0, idle0 = machine_cpu()
+    client0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
     took = time.perf_counter() - start
+    client1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    busy1, idle1 = machine_cpu()
     if r.returncode != 0:
         raise RuntimeError(f"s5cmd {' '.join(args[:2])} failed: {r.stderr[-2000:]}")
-    return took
+    if pid is None:
+        return took, None
+    server = tree_cpu(pid) - server0
+    client = (client1.ru_utime + client1.ru_stime) - (client0.ru_utime + client0.ru_stime)
+    busy, idle = busy1 - busy0, idle1 - idle0
+    per_op_ms = 1000 / ops
+    return took, Cpu(server * per_op_ms, client * per_op_ms, (busy - server - client) * per_op_ms,
+                     idle / (busy + idle) if busy + idle else 0.0)
 
 
 def mkdir_cost_us(parent: Path, n: int = 300) -> float:
@@ -244,14 +315,17 @@ def small_files(tmp: Path, n: int) -> Path:
     return small
 
 
-def small_round(server: Server, tmp: Path, small: Path, n: int, workers: int, r: int) -> tuple[float, float]:
-    """One round of 4 KiB PUTs of every file in `small` under a new prefix, then GETs of them."""
+def small_round(server: Server, tmp: Path, small: Path, n: int, workers: int, r: int) -> tuple[float, float, Cpu]:
+    """One round of 4 KiB PUTs of every file in `small` under a new prefix, then GETs of
+    them: (PUT/s, GET/s, what a PUT cost the machine)."""
     out = tmp / f"out-{server.name}-{r}"
     out.mkdir()
-    put = n / s5(server.url, workers, "cp", "--concurrency", "1", f"{small}/*", f"s3://bench/small{r}/")
+    took, cpu = s5_cpu(server.url, workers, "cp", "--concurrency", "1", f"{small}/*", f"s3://bench/small{r}/",
+                       pid=server.pid, ops=n)
+    assert cpu is not None
     get = n / s5(server.url, workers, "cp", "--concurrency", "1", f"s3://bench/small{r}/*", f"{out}/")
     shutil.rmtree(out)
-    return put, get
+    return n / took, get, cpu
 
 
 def measure_rest(server: Server, tmp: Path, n: int, n_large: int, workers: int) -> dict[str, float]:
@@ -299,7 +373,7 @@ def main() -> None:
             s3(server.url).create_bucket(Bucket="bench")
         small = small_files(client, args.objects)
         settle_filesystem(tmp)
-        rounds: dict[str, list[tuple[float, float]]] = {server.name: [] for server in servers}
+        rounds: dict[str, list[tuple[float, float, Cpu]]] = {server.name: [] for server in servers}
         for r in range(args.rounds):
             order = servers[r % len(servers):] + servers[: r % len(servers)]
             for server in order:
@@ -308,13 +382,19 @@ def main() -> None:
                 f"{name} PUT {rs[-1][0]:.0f} GET {rs[-1][1]:.0f}" for name, rs in rounds.items()), flush=True)
         for server in servers:
             res = measure_rest(server, client, args.objects, args.large, args.workers)
-            res["put_ops"] = statistics.median(p for p, _ in rounds[server.name])
-            res["get_ops"] = statistics.median(g for _, g in rounds[server.name])
+            res["put_ops"] = statistics.median(p for p, _, _ in rounds[server.name])
+            res["get_ops"] = statistics.median(g for _, g, _ in rounds[server.name])
+            cpus = [c for _, _, c in rounds[server.name]]
             results[server.name] = res
             print(f"{server.name:15s} ({server.durability})", flush=True)
             print(f"  4 KiB: PUT {res['put_ops']:8.0f} ops/s  GET {res['get_ops']:8.0f} ops/s  "
                   f"HEAD {res['head_ops']:8.0f} ops/s  LIST {res['list_pages']:6.1f} pages/s "
                   f"(PUT/GET: median of {args.rounds} interleaved rounds)", flush=True)
+            print(f"  4 KiB PUT, CPU per PUT (median of the rounds): server "
+                  f"{statistics.median(c.server for c in cpus):.3f} ms  load generator "
+                  f"{statistics.median(c.client for c in cpus):.3f} ms  rest of the machine "
+                  f"{statistics.median(c.rest for c in cpus):.3f} ms  (machine idle "
+                  f"{statistics.median(c.idle for c in cpus) * 100:.0f}%)", flush=True)
             print(f"  64 MiB: PUT {res['put_mbps']:7.1f} MB/s  GET {res['get_mbps']:7.1f} MB/s", flush=True)
     cb, sw, swf = results.get("crossbeat"), results.get("seaweedfs"), results.get("seaweedfs-fsync")
     if cb and swf:  # like for like on data durability (see the module docstring)
