@@ -7,6 +7,7 @@ import fcntl
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,14 @@ from crossbeat.repositories.sfs_prepared import PreparedDirs
 from tests.support.procs import wait_until
 
 pytestmark = pytest.mark.skipif(not syncgroup.available(), reason="syncfs(2) is Linux-only")
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Iterator[SfsRepository]:
+    """A repository with a pool of prepared directories, closed (its helper stopped) after."""
+    repo = SfsRepository("r", tmp_path / "sfs", prepared_objects=8)
+    yield repo
+    repo.close()
 
 
 def take_prepared(repo: SfsRepository, data: bytes = b"data") -> SfsWriter:
@@ -52,52 +61,39 @@ def helper_pid(repo: SfsRepository) -> int:
     return repo._prepared._proc.pid
 
 
-def test_each_prepared_id_comes_once_with_its_directories(tmp_path: Path) -> None:
-    repo = SfsRepository("r", tmp_path / "sfs", prepared_objects=8)
-    try:
-        writers = [take_prepared(repo, f"object {i}".encode()) for i in range(30)]
-        keys = [w.data_key for w in writers]
-        assert len(set(keys)) == 30
-        for key in keys:
-            assert len(key) == ID_WIDTH and is_object_id(key)
-            assert (repo.root / key[-3:] / key / "chunks" / "0").is_dir()
-        assert all(w.stage() for w in writers)
-        locations = [w.commit() for w in writers]
-        assert [repo.read_bytes(loc.dataKey) for loc in locations] == [
-            f"object {i}".encode() for i in range(30)
-        ]
-        assert sorted(repo.keys()) == sorted(keys)
-    finally:
-        repo.close()
+def test_each_prepared_id_comes_once_with_its_directories(repo: SfsRepository) -> None:
+    writers = [take_prepared(repo, f"object {i}".encode()) for i in range(30)]
+    keys = [w.data_key for w in writers]
+    assert len(set(keys)) == 30
+    for key in keys:
+        assert len(key) == ID_WIDTH and is_object_id(key)
+        assert (repo.root / key[-3:] / key / "chunks" / "0").is_dir()
+    assert all(w.stage() for w in writers)
+    locations = [w.commit() for w in writers]
+    assert [repo.read_bytes(loc.dataKey) for loc in locations] == [
+        f"object {i}".encode() for i in range(30)
+    ]
+    assert sorted(repo.keys()) == sorted(keys)
 
 
-def test_the_helper_runs_at_idle_priority(tmp_path: Path) -> None:
-    repo = SfsRepository("r", tmp_path / "sfs", prepared_objects=8)
-    try:
-        take_prepared(repo).abort()
-        assert os.sched_getscheduler(helper_pid(repo)) == os.SCHED_IDLE
-    finally:
-        repo.close()
+def test_the_helper_runs_at_idle_priority(repo: SfsRepository) -> None:
+    take_prepared(repo).abort()
+    assert os.sched_getscheduler(helper_pid(repo)) == os.SCHED_IDLE
 
 
-def test_the_pool_is_bounded_by_its_pipe(tmp_path: Path) -> None:
-    repo = SfsRepository("r", tmp_path / "sfs", prepared_objects=8)
-    try:
-        take_prepared(repo).abort()
-        pid = helper_pid(repo)
-        # the helper is blocked writing to the full pipe: the pool is as large as it gets
-        wait_until(lambda: Path(f"/proc/{pid}/wchan").read_text().endswith("pipe_write"), what="a full pool")
-        assert repo._prepared is not None and repo._prepared._fd is not None
-        pipe_bytes = fcntl.fcntl(repo._prepared._fd, fcntl.F_GETPIPE_SZ)
-        held = len(repo._prepared._ids)
-        # what the pipe holds, what this process read from it, and the one being handed over
-        assert len(object_dirs(repo)) <= pipe_bytes // (ID_WIDTH + 1) + held + 1
-    finally:
-        repo.close()
+def test_the_pool_is_bounded_by_its_pipe(repo: SfsRepository) -> None:
+    take_prepared(repo).abort()
+    pid = helper_pid(repo)
+    # the helper is blocked writing to the full pipe: the pool is as large as it gets
+    wait_until(lambda: Path(f"/proc/{pid}/wchan").read_text().endswith("pipe_write"), what="a full pool")
+    assert repo._prepared is not None and repo._prepared._fd is not None
+    pipe_bytes = fcntl.fcntl(repo._prepared._fd, fcntl.F_GETPIPE_SZ)
+    held = len(repo._prepared._ids)
+    # what the pipe holds, what this process read from it, and the one being handed over
+    assert len(object_dirs(repo)) <= pipe_bytes // (ID_WIDTH + 1) + held + 1
 
 
-def test_close_stops_the_helper_and_removes_what_it_made(tmp_path: Path) -> None:
-    repo = SfsRepository("r", tmp_path / "sfs", prepared_objects=8)
+def test_close_stops_the_helper_and_removes_what_it_made(repo: SfsRepository) -> None:
     kept = take_prepared(repo, b"kept")
     assert kept.stage()
     location = kept.commit()
@@ -112,19 +108,15 @@ def test_close_stops_the_helper_and_removes_what_it_made(tmp_path: Path) -> None
     assert repo.small_writer(b"after close") is not None  # makes its own directories
 
 
-def test_a_prepared_object_whose_directories_went_away_is_written_anyway(tmp_path: Path) -> None:
-    repo = SfsRepository("r", tmp_path / "sfs", prepared_objects=8)
-    try:
-        writer = take_prepared(repo, b"still here")
-        # a cleanup pass run while the gateway serves removes incomplete objects
-        removed = repo.cleanup(lambda key: False, older_than_s=0)
-        assert writer.data_key in removed
-        assert writer.stage()
-        location = writer.commit()
-        assert location.dataKey == writer.data_key
-        assert repo.read_bytes(location.dataKey) == b"still here"
-    finally:
-        repo.close()
+def test_a_prepared_object_whose_directories_went_away_is_written_anyway(repo: SfsRepository) -> None:
+    writer = take_prepared(repo, b"still here")
+    # a cleanup pass run while the gateway serves removes incomplete objects
+    removed = repo.cleanup(lambda key: False, older_than_s=0)
+    assert writer.data_key in removed
+    assert writer.stage()
+    location = writer.commit()
+    assert location.dataKey == writer.data_key
+    assert repo.read_bytes(location.dataKey) == b"still here"
 
 
 def test_the_helper_ends_with_its_process_and_cleanup_removes_its_leftovers(tmp_path: Path) -> None:
@@ -158,24 +150,20 @@ def test_prepared_dirs_need_a_positive_count(tmp_path: Path) -> None:
     assert repo._prepared is None
 
 
-def test_small_objects_make_their_own_directories_once_the_helper_is_gone(tmp_path: Path) -> None:
-    repo = SfsRepository("r", tmp_path / "sfs", prepared_objects=8)
-    try:
-        take_prepared(repo).abort()
-        os.kill(helper_pid(repo), 9)
-        prepared = repo._prepared
-        assert prepared is not None
+def test_small_objects_make_their_own_directories_once_the_helper_is_gone(repo: SfsRepository) -> None:
+    take_prepared(repo).abort()
+    os.kill(helper_pid(repo), 9)
+    prepared = repo._prepared
+    assert prepared is not None
 
-        def drained() -> bool:  # what it made before it died is still handed out
-            writer = repo.small_writer(b"x")
-            assert writer is not None
-            writer.abort()
-            return prepared._gone
+    def drained() -> bool:  # what it made before it died is still handed out
+        writer = repo.small_writer(b"x")
+        assert writer is not None
+        writer.abort()
+        return prepared._gone
 
-        wait_until(drained, what="the end of the helper's pipe")
-        writer = repo.small_writer(b"own directories")
-        assert isinstance(writer, SfsWriter) and not writer._prepared
-        assert writer.stage()
-        assert repo.read_bytes(writer.commit().dataKey) == b"own directories"
-    finally:
-        repo.close()
+    wait_until(drained, what="the end of the helper's pipe")
+    writer = repo.small_writer(b"own directories")
+    assert isinstance(writer, SfsWriter) and not writer._prepared
+    assert writer.stage()
+    assert repo.read_bytes(writer.commit().dataKey) == b"own directories"
