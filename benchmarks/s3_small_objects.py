@@ -253,17 +253,13 @@ def s3(url: str) -> Any:  # boto3 clients are built at run time: untyped
                         region_name="us-east-1", config=Config(retries={"max_attempts": 3}))
 
 
-def s5(url: str, workers: int, *args: str) -> float:
-    """Run s5cmd, return seconds taken (from a page cache with nothing dirty in it)."""
-    return s5_cpu(url, workers, *args)[0]
-
-
-def s5_cpu(url: str, workers: int, *args: str, pid: int | None = None, ops: int = 1) -> tuple[float, Cpu | None]:
-    """`s5`, and with the server's `pid` what the command cost the machine per op."""
+def s5(server: Server, workers: int, *args: str, ops: int = 1) -> tuple[float, Cpu]:
+    """Run s5cmd against `server`: the seconds it took (from a page cache with nothing dirty
+    in it) and what it cost the machine per op (`ops` of them)."""
     env = dict(os.environ, AWS_ACCESS_KEY_ID=AK, AWS_SECRET_ACCESS_KEY=SK, AWS_REGION="us-east-1")
-    cmd = [str(BIN / "s5cmd"), "--endpoint-url", url, "--numworkers", str(workers), "--retry-count", "1", *args]
+    cmd = [str(BIN / "s5cmd"), "--endpoint-url", server.url, "--numworkers", str(workers), "--retry-count", "1", *args]
     os.sync()  # what earlier commands left dirty is written out on no one's clock
-    server0 = tree_cpu(pid) if pid is not None else 0.0
+    server0 = tree_cpu(server.pid)
     busy0, idle0 = machine_cpu()
     client0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
@@ -273,13 +269,11 @@ def s5_cpu(url: str, workers: int, *args: str, pid: int | None = None, ops: int 
     busy1, idle1 = machine_cpu()
     if r.returncode != 0:
         raise RuntimeError(f"s5cmd {' '.join(args[:2])} failed: {r.stderr[-2000:]}")
-    if pid is None:
-        return took, None
-    server = tree_cpu(pid) - server0
+    spent = tree_cpu(server.pid) - server0
     client = (client1.ru_utime + client1.ru_stime) - (client0.ru_utime + client0.ru_stime)
     busy, idle = busy1 - busy0, idle1 - idle0
     per_op_ms = 1000 / ops
-    return took, Cpu(server * per_op_ms, client * per_op_ms, (busy - server - client) * per_op_ms,
+    return took, Cpu(spent * per_op_ms, client * per_op_ms, (busy - spent - client) * per_op_ms,
                      idle / (busy + idle) if busy + idle else 0.0)
 
 
@@ -320,12 +314,10 @@ def small_round(server: Server, tmp: Path, small: Path, n: int, workers: int, r:
     them: (PUT/s, GET/s, what a PUT cost the machine)."""
     out = tmp / f"out-{server.name}-{r}"
     out.mkdir()
-    took, cpu = s5_cpu(server.url, workers, "cp", "--concurrency", "1", f"{small}/*", f"s3://bench/small{r}/",
-                       pid=server.pid, ops=n)
-    assert cpu is not None
-    get = n / s5(server.url, workers, "cp", "--concurrency", "1", f"s3://bench/small{r}/*", f"{out}/")
+    put, cpu = s5(server, workers, "cp", "--concurrency", "1", f"{small}/*", f"s3://bench/small{r}/", ops=n)
+    get, _ = s5(server, workers, "cp", "--concurrency", "1", f"s3://bench/small{r}/*", f"{out}/")
     shutil.rmtree(out)
-    return n / took, get, cpu
+    return n / put, n / get, cpu
 
 
 def measure_rest(server: Server, tmp: Path, n: int, n_large: int, workers: int) -> dict[str, float]:
@@ -339,15 +331,15 @@ def measure_rest(server: Server, tmp: Path, n: int, n_large: int, workers: int) 
     res: dict[str, float] = {}
     heads = work / "heads.txt"
     heads.write_text("".join(f"head s3://bench/small0/o{i:06d}\n" for i in range(n)))
-    res["head_ops"] = n / s5(server.url, workers, "run", str(heads))
+    res["head_ops"] = n / s5(server, workers, "run", str(heads))[0]
     lists = work / "lists.txt"
     n_lists = 40
     lists.write_text("ls s3://bench/small0/*\n" * n_lists)
     pages = n_lists * max(1, (n + 999) // 1000)
-    res["list_pages"] = pages / s5(server.url, min(workers, 8), "run", str(lists))
+    res["list_pages"] = pages / s5(server, min(workers, 8), "run", str(lists))[0]
     total_mb = n_large * 64
-    res["put_mbps"] = total_mb / s5(server.url, workers, "cp", "--concurrency", "4", "--part-size", "16", f"{large}/*", "s3://bench/large/")
-    res["get_mbps"] = total_mb / s5(server.url, workers, "cp", "--concurrency", "4", "--part-size", "16", "s3://bench/large/*", f"{out}/")
+    res["put_mbps"] = total_mb / s5(server, workers, "cp", "--concurrency", "4", "--part-size", "16", f"{large}/*", "s3://bench/large/")[0]
+    res["get_mbps"] = total_mb / s5(server, workers, "cp", "--concurrency", "4", "--part-size", "16", "s3://bench/large/*", f"{out}/")[0]
     shutil.rmtree(work)
     return res
 
