@@ -1,0 +1,78 @@
+"""The object size limit (`max_object_bytes`): refused with EntityTooLarge, nothing stored."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import botocore.exceptions
+import httpx
+import pytest
+
+from tests.support.gateway import running_gateway, s3_client
+from tests.support.procs import Service, wait_until
+
+pytestmark = pytest.mark.integration
+MiB = 1024 * 1024
+LIMIT = 2 * MiB
+
+
+@pytest.fixture(scope="module")
+def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
+    data = Path(tmp_path_factory.mktemp("limits")) / "data"
+    with running_gateway(data, config=f"[gateway]\nmax_object_bytes = {LIMIT}\n") as svc:
+        yield svc
+
+
+@pytest.fixture(scope="module")
+def s3(gateway: Service) -> Any:
+    client = s3_client(gateway.url)
+    client.create_bucket(Bucket="limited")
+    return client
+
+
+def _stored(gateway: Service) -> list[Path]:
+    """Object directories in the default repository (complete or not)."""
+    args = [str(a) for a in gateway.proc.args]  # type: ignore[union-attr]
+    data = Path(args[args.index("--data-dir") + 1])
+    return [p for p in data.rglob("*") if p.is_dir() and p.parent.name == p.name[-3:]]
+
+
+def test_a_declared_length_over_the_limit_is_refused_before_the_body(gateway: Service, s3: Any) -> None:
+    before = _stored(gateway)
+    with pytest.raises(botocore.exceptions.ClientError) as exc:
+        s3.put_object(Bucket="limited", Key="too-big", Body=os.urandom(LIMIT + 1))
+    assert exc.value.response["Error"]["Code"] == "EntityTooLarge"
+    assert exc.value.response["ResponseMetadata"]["HTTPStatusCode"] == 400
+    assert "Contents" not in s3.list_objects_v2(Bucket="limited", Prefix="too-big")
+    assert _stored(gateway) == before
+
+
+def test_an_object_of_exactly_the_limit_is_stored(s3: Any) -> None:
+    body = os.urandom(LIMIT)
+    s3.put_object(Bucket="limited", Key="at-limit", Body=body)
+    assert s3.get_object(Bucket="limited", Key="at-limit")["Body"].read() == body
+
+
+def test_a_streamed_body_over_the_limit_is_refused_and_its_data_removed(
+    gateway: Service, s3: Any
+) -> None:
+    """No Content-Length (HTTP chunked): the limit is found mid-stream; the partial object
+    is aborted, leaving no version and no object directory."""
+    before = set(_stored(gateway))
+    url = s3.generate_presigned_url(
+        "put_object", Params={"Bucket": "limited", "Key": "streamed"}, ExpiresIn=600
+    )
+    piece = os.urandom(256 * 1024)
+
+    def body() -> Iterator[bytes]:
+        for _ in range(LIMIT // len(piece) + 1):  # one piece more than the limit allows
+            yield piece
+
+    response = httpx.put(url, content=body(), timeout=60)
+    assert response.status_code == 400, response.text
+    assert "<Code>EntityTooLarge</Code>" in response.text
+    assert "Contents" not in s3.list_objects_v2(Bucket="limited", Prefix="streamed")
+    wait_until(lambda: set(_stored(gateway)) == before, timeout=10, what="the aborted object removed")
