@@ -93,3 +93,29 @@ def test_either_http_server_serves_the_gateway(tmp_path: Path, server: str) -> N
         assert answer.startswith(b"HTTP/1.1 400 ")
         # uvicorn explains itself in a text body; ours answers with an empty one
         assert (b"Invalid HTTP request" in answer) == (server == "uvicorn")
+
+
+def test_default_location_names_the_repository_of_unconstrained_buckets(tmp_path: Path) -> None:
+    cold = tmp_path / "cold"
+    config = f"""
+[gateway]
+default_location = "cold"
+[gateway.repositories.cold]
+type = "sfs"
+root = "{cold}"
+"""
+    with running_gateway(tmp_path / "data", config=config) as gw:
+        s3 = s3_client(gw.url)
+        s3.create_bucket(Bucket="plain")
+        # the default location reads as the region's, as in AWS (None for us-east-1)
+        assert s3.get_bucket_location(Bucket="plain")["LocationConstraint"] is None
+        s3.put_object(Bucket="plain", Key="k", Body=b"to the cold repository")
+        assert len(list(cold.glob("*/*/manifest.json"))) == 1
+        assert s3.get_object(Bucket="plain", Key="k")["Body"].read() == b"to the cold repository"
+        # no repository named "default" exists when another one is the default
+        with pytest.raises(ClientError) as refused:
+            s3.create_bucket(
+                Bucket="nowhere", CreateBucketConfiguration={"LocationConstraint": "default"}
+            )
+        assert refused.value.response["Error"]["Code"] == "InvalidLocationConstraint"
+        assert not (tmp_path / "data" / "sfs").exists()
