@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from botocore.exceptions import ClientError
 
+from crossbeat.repositories.object_ids import new_object_id
 from tests.support.gateway import running_gateway, s3_client
 from tests.support.procs import start_service
 
@@ -119,3 +120,21 @@ root = "{cold}"
             )
         assert refused.value.response["Error"]["Code"] == "InvalidLocationConstraint"
         assert not (tmp_path / "data" / "sfs").exists()
+
+
+def test_cleanup_on_start_can_be_turned_off(tmp_path: Path) -> None:
+    """The start-up cleanup pass removes an object left without a manifest (a write a crash
+    interrupted) unless `cleanup_on_start = false`, which leaves it to a later pass."""
+    data = tmp_path / "data"
+    with running_gateway(data):  # lays out the default repository
+        pass
+    key = new_object_id()
+    partial = data / "sfs" / key[-3:] / key
+    (partial / "chunks" / "0").mkdir(parents=True)
+    (partial / "chunks" / "0" / f"{key}-0").write_bytes(b"half-written")
+    with running_gateway(data, config="[gateway]\ncleanup_on_start = false\n") as gw:
+        s3_client(gw.url).list_buckets()
+    assert (partial / "chunks" / "0" / f"{key}-0").exists()
+    with running_gateway(data) as gw:
+        s3_client(gw.url).list_buckets()
+    assert not partial.exists()
