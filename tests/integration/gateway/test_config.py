@@ -126,8 +126,6 @@ def test_cleanup_on_start_can_be_turned_off(tmp_path: Path) -> None:
     """The start-up cleanup pass removes an object left without a manifest (a write a crash
     interrupted) unless `cleanup_on_start = false`, which leaves it to a later pass."""
     data = tmp_path / "data"
-    with running_gateway(data):  # lays out the default repository
-        pass
     key = new_object_id()
     partial = data / "sfs" / key[-3:] / key
     (partial / "chunks" / "0").mkdir(parents=True)
