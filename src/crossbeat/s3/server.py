@@ -19,16 +19,9 @@ import uvloop
 from crossbeat.s3.auth import Principal
 from crossbeat.s3.gateway import Gateway
 from crossbeat.s3.http_server import LeanServer
-from crossbeat.s3.settings import GatewaySettings
+from crossbeat.s3.settings import GatewaySettings, parse_listen
 
 log = logging.getLogger("crossbeat.gateway")
-
-
-def parse_listen(listen: str) -> tuple[str, int]:
-    host, _, port = listen.rpartition(":")
-    if not host or not port.isdigit():
-        raise ValueError(f"--listen must be HOST:PORT, got {listen!r}")
-    return host.strip("[]"), int(port)
 
 
 def bind(listen: str) -> socket.socket:

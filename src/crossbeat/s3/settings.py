@@ -5,8 +5,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, SecretStr
+from pydantic import BaseModel, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+def parse_listen(listen: str) -> tuple[str, int]:
+    """Split `HOST:PORT` (IPv6 as `[::1]:PORT`); port 0 picks a free port. ValueError, naming
+    the value, for anything else."""
+    host, _, port = listen.rpartition(":")
+    if not host or not port.isdigit() or int(port) > 65535:
+        raise ValueError(f"--listen must be HOST:PORT with a port from 0 to 65535, got {listen!r}")
+    return host.strip("[]"), int(port)
 
 
 class UserSettings(BaseModel):
@@ -42,17 +51,17 @@ class GatewaySettings(BaseSettings):
     tls_cert: Path | None = None
     tls_key: Path | None = None
     # a PUT body up to this size is read whole, then written in one worker-thread call
-    small_object_bytes: int = 1024 * 1024
+    small_object_bytes: int = Field(default=1024 * 1024, ge=0)
     # a PUT body up to this size is hashed and its files written on the event loop (only
     # the durability wait and the metadata commit go to a worker thread)
-    inline_object_bytes: int = 64 * 1024
-    max_object_bytes: int = 5 * 1024**4
-    min_part_bytes: int = 5 * 1024 * 1024
-    worker_threads: int = 16
+    inline_object_bytes: int = Field(default=64 * 1024, ge=0)
+    max_object_bytes: int = Field(default=5 * 1024**4, ge=0)
+    min_part_bytes: int = Field(default=5 * 1024 * 1024, ge=0)
+    worker_threads: int = Field(default=16, ge=1)
     # "lean": s3/http_server.py (less work per request); "uvicorn": the general server
     http_server: Literal["lean", "uvicorn"] = "lean"
     # gateway processes sharing the listening socket; 0 = one per core (at most 4)
-    workers: int = 0
+    workers: int = Field(default=0, ge=0)
     # Python's GIL switch interval in each gateway process (sys.setswitchinterval); None =
     # 0.5 ms when the gateway is one process, 5 ms (Python's default) with several. A thread
     # that releases the GIL for a syscall (each mkdir/open/write of a staged object) waits
@@ -70,7 +79,13 @@ class GatewaySettings(BaseSettings):
     # where waiting always, i.e. 1, costs 4 workers 5%.)
     put_group_busy_requests: int = Field(default=6, ge=0)
     # how often a journal long-poll looks for commits made by another gateway process
-    journal_poll_seconds: float = 0.05
+    journal_poll_seconds: float = Field(default=0.05, gt=0)
     journal_retention_entries: int = 10_000_000
     journal_retention_seconds: float = 7 * 24 * 3600
     cleanup_on_start: bool = True
+
+    @field_validator("listen")
+    @classmethod
+    def _host_and_port(cls, value: str) -> str:
+        parse_listen(value)
+        return value
