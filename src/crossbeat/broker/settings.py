@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from crossbeat.stream.settings import StreamSettings
@@ -59,8 +59,12 @@ class BrokerSettings(BaseSettings):
     max_in_flight_per_connection: int = Field(
         64, ge=1, description="requests decoded ahead of their responses on one connection"
     )
-    group_min_session_timeout_ms: int = 1000
-    group_max_session_timeout_ms: int = 30 * 60 * 1000
+    group_min_session_timeout_ms: int = Field(
+        1000, ge=1, description="shortest session.timeout.ms a JoinGroup may ask for"
+    )
+    group_max_session_timeout_ms: int = Field(
+        30 * 60 * 1000, ge=1, description="longest session.timeout.ms a JoinGroup may ask for"
+    )
     group_initial_rebalance_delay_ms: int = Field(
         0, ge=0, description="wait this long for more members when an empty group gets its first"
     )
@@ -71,6 +75,16 @@ class BrokerSettings(BaseSettings):
         300_000, ge=100, description="how often expired segments are deleted (Kafka's default)"
     )
     stream: StreamSettings = Field(default_factory=StreamSettings)
+
+    @model_validator(mode="after")
+    def _session_bounds_in_order(self) -> BrokerSettings:
+        if self.group_min_session_timeout_ms > self.group_max_session_timeout_ms:
+            raise ValueError(
+                f"group_min_session_timeout_ms ({self.group_min_session_timeout_ms}) is above "
+                f"group_max_session_timeout_ms ({self.group_max_session_timeout_ms}): every "
+                "JoinGroup would be refused"
+            )
+        return self
 
     @field_validator("listen", "advertise")
     @classmethod
