@@ -14,6 +14,50 @@ if TYPE_CHECKING:
 
 INTERNAL_PREFIX = "crossbeat/"
 
+# Query parameters that name an S3 sub-resource (an API other than the plain bucket or object
+# request). One the route below does not serve is refused with 501 NotImplemented: served as
+# the plain request instead, `PUT ?legal-hold` would overwrite the object with the XML
+# document and `DELETE ?cors` would delete the bucket.
+SUBRESOURCES = frozenset({
+    "accelerate", "acl", "analytics", "attributes", "cors", "delete", "encryption",
+    "intelligent-tiering", "inventory", "legal-hold", "lifecycle", "location", "logging",
+    "metadataConfiguration", "metadataInventoryTable", "metadataJournalTable", "metadataTable",
+    "metrics", "notification", "object-lock", "ownershipControls", "policy", "policyStatus",
+    "publicAccessBlock", "renameObject", "replication", "requestPayment", "restore",
+    "retention", "select", "select-type", "session", "tagging", "torrent", "uploadId",
+    "uploads", "versioning", "versions", "website",
+})
+_BUCKET_GET = ("versioning", "replication", "notification", "location", "tagging", "acl",
+               "policy", "object-lock", "lifecycle", "cors", "encryption", "website",
+               "ownershipControls", "publicAccessBlock", "logging", "requestPayment",
+               "accelerate")
+# Bucket configurations crossbeat never stores (GET answers "not configured"): deleting one
+# is a no-op, as AWS's DELETE of an absent configuration is.
+_BUCKET_DELETE_ABSENT = ("policy", "lifecycle", "cors", "encryption", "website",
+                         "ownershipControls", "publicAccessBlock")
+# What each (target, method) serves; anything else in SUBRESOURCES is NotImplemented.
+_SERVED = {
+    ("bucket", "PUT"): frozenset({"versioning", "replication", "notification", "tagging", "acl"}),
+    ("bucket", "GET"): frozenset({*_BUCKET_GET, "versions", "uploads"}),
+    ("bucket", "DELETE"): frozenset({"replication", "tagging", "notification", *_BUCKET_DELETE_ABSENT}),
+    ("bucket", "POST"): frozenset({"delete"}),
+    ("object", "PUT"): frozenset({"tagging", "acl", "uploadId"}),
+    ("object", "GET"): frozenset({"tagging", "acl", "uploadId"}),
+    ("object", "DELETE"): frozenset({"tagging", "uploadId"}),
+    ("object", "POST"): frozenset({"uploads", "uploadId"}),
+}
+
+
+def _refuse_unserved(target: str, method: str, q: dict[str, str]) -> None:
+    if not q:
+        return
+    unserved = sorted(SUBRESOURCES.intersection(q) - _SERVED.get((target, method), frozenset()))
+    if unserved:
+        raise S3Error(
+            "NotImplemented",
+            f"{method} on a {target} with ?{unserved[0]} is not implemented by crossbeat.",
+        )
+
 
 async def dispatch(gw: Gateway, req: Request, principal: Principal, ctx: Any) -> Response:
     q = req.query
@@ -27,9 +71,11 @@ async def dispatch(gw: Gateway, req: Request, principal: Principal, ctx: Any) ->
             return await buckets.list_buckets(gw, req, principal)
         raise S3Error("MethodNotAllowed")
     if not req.key:
+        _refuse_unserved("bucket", m, q)
         return await _bucket(gw, req, principal, ctx, m, q)
     if len(req.key.encode("utf-8", "surrogateescape")) > 1024:
         raise S3Error("KeyTooLongError")
+    _refuse_unserved("object", m, q)
     return await _object(gw, req, principal, ctx, m, q)
 
 
@@ -42,10 +88,7 @@ async def _bucket(gw: Gateway, req: Request, p: Principal, ctx: Any, m: str, q: 
     if m in ("GET", "HEAD") and m == "HEAD":
         return await buckets.head_bucket(gw, req, p)
     if m == "GET":
-        for sub in ("versioning", "replication", "notification", "location", "tagging", "acl",
-                    "policy", "object-lock", "lifecycle", "cors", "encryption", "website",
-                    "ownershipControls", "publicAccessBlock", "logging", "requestPayment",
-                    "accelerate"):
+        for sub in _BUCKET_GET:
             if sub in q:
                 return await buckets.get_sub(gw, req, p, sub)
         if "versions" in q:
@@ -54,7 +97,7 @@ async def _bucket(gw: Gateway, req: Request, p: Principal, ctx: Any, m: str, q: 
             return await multipart.list_uploads(gw, req, p)
         return await buckets.list_objects(gw, req, p, v2=q.get("list-type") == "2")
     if m == "DELETE":
-        for sub in ("replication", "tagging", "notification"):
+        for sub in ("replication", "tagging", "notification", *_BUCKET_DELETE_ABSENT):
             if sub in q:
                 return await buckets.delete_sub(gw, req, p, sub)
         return await buckets.delete_bucket(gw, req, p)

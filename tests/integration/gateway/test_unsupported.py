@@ -1,0 +1,103 @@
+"""S3 APIs crossbeat does not implement are refused with 501 NotImplemented and change
+nothing, instead of being served as the plain bucket or object request their path names."""
+
+from __future__ import annotations
+
+import itertools
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from botocore.exceptions import ClientError
+
+_names = itertools.count()
+
+
+@pytest.fixture
+def bucket(s3: Any) -> str:
+    """A fresh bucket per case (the shared fixture names buckets after the test, not the case)."""
+    name = f"unsupported-{next(_names)}"
+    s3.create_bucket(Bucket=name)
+    return name
+
+
+def _code(exc: pytest.ExceptionInfo[ClientError]) -> tuple[int, str]:
+    err = exc.value.response
+    return err["ResponseMetadata"]["HTTPStatusCode"], err["Error"]["Code"]
+
+
+def _unchanged(s3: Any, bucket: str, key: str, body: bytes, etag: str) -> None:
+    got = s3.get_object(Bucket=bucket, Key=key)
+    assert got["Body"].read() == body and got["ETag"] == etag
+    assert [o["Key"] for o in s3.list_objects_v2(Bucket=bucket).get("Contents", [])] == [key]
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda s3, b, k: s3.put_object_legal_hold(Bucket=b, Key=k, LegalHold={"Status": "ON"}),
+        lambda s3, b, k: s3.put_object_retention(
+            Bucket=b, Key=k, Retention={"Mode": "GOVERNANCE",
+                                        "RetainUntilDate": datetime.now(UTC) + timedelta(days=1)}),
+        lambda s3, b, k: s3.get_object_legal_hold(Bucket=b, Key=k),
+        lambda s3, b, k: s3.get_object_retention(Bucket=b, Key=k),
+        lambda s3, b, k: s3.get_object_attributes(Bucket=b, Key=k, ObjectAttributes=["ETag"]),
+        lambda s3, b, k: s3.restore_object(Bucket=b, Key=k, RestoreRequest={"Days": 1}),
+    ],
+    ids=["put-legal-hold", "put-retention", "get-legal-hold", "get-retention",
+         "get-attributes", "restore"],
+)
+def test_an_unimplemented_object_api_is_501_and_changes_nothing(s3: Any, bucket: str, call: Any) -> None:
+    etag = s3.put_object(Bucket=bucket, Key="k", Body=b"payload")["ETag"]
+    with pytest.raises(ClientError) as exc:
+        call(s3, bucket, "k")
+    assert _code(exc) == (501, "NotImplemented")
+    _unchanged(s3, bucket, "k", b"payload", etag)
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda s3, b: s3.put_bucket_cors(Bucket=b, CORSConfiguration={"CORSRules": [
+            {"AllowedMethods": ["GET"], "AllowedOrigins": ["*"]}]}),
+        lambda s3, b: s3.put_bucket_policy(Bucket=b, Policy='{"Version": "2012-10-17", "Statement": []}'),
+        lambda s3, b: s3.put_bucket_lifecycle_configuration(Bucket=b, LifecycleConfiguration={"Rules": [
+            {"ID": "r", "Status": "Enabled", "Filter": {"Prefix": ""}, "Expiration": {"Days": 1}}]}),
+        lambda s3, b: s3.get_bucket_metrics_configuration(Bucket=b, Id="m"),
+        lambda s3, b: s3.list_bucket_inventory_configurations(Bucket=b),
+        lambda s3, b: s3.get_bucket_policy_status(Bucket=b),
+    ],
+    ids=["put-cors", "put-policy", "put-lifecycle", "get-metrics", "list-inventory", "policy-status"],
+)
+def test_an_unimplemented_bucket_api_is_501_and_changes_nothing(s3: Any, bucket: str, call: Any) -> None:
+    etag = s3.put_object(Bucket=bucket, Key="k", Body=b"payload")["ETag"]
+    with pytest.raises(ClientError) as exc:
+        call(s3, bucket)
+    assert _code(exc) == (501, "NotImplemented")
+    _unchanged(s3, bucket, "k", b"payload", etag)
+
+
+@pytest.mark.parametrize(
+    ("delete", "get"),
+    [
+        ("delete_bucket_cors", "get_bucket_cors"),
+        ("delete_bucket_lifecycle", "get_bucket_lifecycle_configuration"),
+        ("delete_bucket_policy", "get_bucket_policy"),
+        ("delete_bucket_encryption", "get_bucket_encryption"),
+        ("delete_bucket_website", "get_bucket_website"),
+        ("delete_bucket_ownership_controls", "get_bucket_ownership_controls"),
+        ("delete_public_access_block", "get_public_access_block"),
+    ],
+)
+def test_deleting_a_configuration_never_stored_keeps_the_bucket(
+    s3: Any, bucket: str, delete: str, get: str
+) -> None:
+    """An empty bucket once went away here: DELETE ?cors was served as DeleteBucket."""
+    assert getattr(s3, delete)(Bucket=bucket)["ResponseMetadata"]["HTTPStatusCode"] == 204
+    s3.head_bucket(Bucket=bucket)
+    with pytest.raises(ClientError) as exc:
+        getattr(s3, get)(Bucket=bucket)
+    assert _code(exc)[0] == 404
+    with pytest.raises(ClientError) as exc:
+        getattr(s3, delete)(Bucket="no-such-bucket-here")
+    assert _code(exc) == (404, "NoSuchBucket")
