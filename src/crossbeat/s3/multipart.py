@@ -21,6 +21,7 @@ from crossbeat.s3.objectmeta import (
     parse_range,
     parse_tagging_header,
     quoted,
+    refuse_object_lock,
     system_headers,
     user_metadata,
 )
@@ -40,6 +41,7 @@ MAX_PARTS = 10_000
 
 async def create_upload(gw: Gateway, req: Request, p: Principal, ctx: Any) -> Response:
     await gw.bucket(req.bucket, p)
+    refuse_object_lock(req.headers)
     await read_document(req, ctx)
     algorithm = req.headers.get("x-amz-checksum-algorithm")
     if algorithm and algorithm.upper() not in checksums.ALGORITHMS:

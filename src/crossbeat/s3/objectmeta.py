@@ -20,6 +20,13 @@ SYSTEM_HEADERS = (
     "x-amz-storage-class",
 )
 MAX_USER_METADATA = 2048
+# Object Lock is not implemented, so no bucket has its configuration: AWS refuses these
+# headers on such a bucket rather than store an object without the protection asked for.
+OBJECT_LOCK_HEADERS = (
+    "x-amz-object-lock-mode",
+    "x-amz-object-lock-retain-until-date",
+    "x-amz-object-lock-legal-hold",
+)
 
 
 _DAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
@@ -67,6 +74,13 @@ def user_metadata(headers: dict[str, str]) -> dict[str, str]:
     if sum(len(k) + len(v) for k, v in meta.items()) > MAX_USER_METADATA:
         raise S3Error("MetadataTooLarge", "Your metadata headers exceed the maximum allowed metadata size.", status=400)
     return meta
+
+
+def refuse_object_lock(headers: dict[str, str]) -> None:
+    """InvalidRequest, as AWS answers for a bucket without Object Lock, if a write asks for
+    retention or a legal hold."""
+    if any(h in headers for h in OBJECT_LOCK_HEADERS):
+        raise S3Error("InvalidRequest", "Bucket is missing Object Lock Configuration")
 
 
 def system_headers(headers: dict[str, str]) -> dict[str, str]:

@@ -33,6 +33,7 @@ from crossbeat.s3.objectmeta import (
     parse_range,
     parse_tagging_header,
     quoted,
+    refuse_object_lock,
     system_headers,
     user_metadata,
 )
@@ -132,6 +133,7 @@ def _write_headers(bucket: Bucket, meta: dict[str, Any]) -> dict[str, str]:
 
 async def put_object(gw: Gateway, req: Request, p: Principal, ctx: Any) -> Response:
     bucket = await gw.bucket(req.bucket, p)
+    refuse_object_lock(req.headers)
     tags = parse_tagging_header(req.headers.get("x-amz-tagging"))
     umeta = user_metadata(req.headers)
     sys_headers = system_headers(req.headers)
@@ -384,6 +386,7 @@ def copy_data(
 
 async def copy_object(gw: Gateway, req: Request, p: Principal, ctx: Any) -> Response:
     bucket = await gw.bucket(req.bucket, p, fresh=True)
+    refuse_object_lock(req.headers)
     src, src_version = await copy_source(gw, req, p)
     await read_document(req, ctx)
     directive = req.headers.get("x-amz-metadata-directive", "COPY").upper()

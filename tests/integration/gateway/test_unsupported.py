@@ -101,3 +101,36 @@ def test_deleting_a_configuration_never_stored_keeps_the_bucket(
     with pytest.raises(ClientError) as exc:
         getattr(s3, delete)(Bucket="no-such-bucket-here")
     assert _code(exc) == (404, "NoSuchBucket")
+
+
+def test_a_bucket_with_object_lock_is_refused_not_created_unprotected(s3: Any) -> None:
+    with pytest.raises(ClientError) as exc:
+        s3.create_bucket(Bucket="unsupported-locked", ObjectLockEnabledForBucket=True)
+    assert _code(exc) == (501, "NotImplemented")
+    assert "unsupported-locked" not in [b["Name"] for b in s3.list_buckets()["Buckets"]]
+
+
+_LOCK = {"ObjectLockMode": "GOVERNANCE",
+         "ObjectLockRetainUntilDate": datetime.now(UTC) + timedelta(days=1)}
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda s3, b: s3.put_object(Bucket=b, Key="new", Body=b"x", **_LOCK),
+        lambda s3, b: s3.put_object(Bucket=b, Key="new", Body=b"x", ObjectLockLegalHoldStatus="ON"),
+        lambda s3, b: s3.copy_object(Bucket=b, Key="new", CopySource={"Bucket": b, "Key": "k"}, **_LOCK),
+        lambda s3, b: s3.create_multipart_upload(Bucket=b, Key="new", **_LOCK),
+    ],
+    ids=["put", "put-legal-hold", "copy", "create-multipart"],
+)
+def test_a_write_asking_for_object_lock_is_refused(s3: Any, bucket: str, call: Any) -> None:
+    """No bucket has Object Lock, so, as AWS does for such a bucket, the write is refused
+    rather than stored without the protection it asked for."""
+    etag = s3.put_object(Bucket=bucket, Key="k", Body=b"payload")["ETag"]
+    with pytest.raises(ClientError) as exc:
+        call(s3, bucket)
+    assert _code(exc) == (400, "InvalidRequest")
+    assert "Object Lock" in exc.value.response["Error"]["Message"]
+    _unchanged(s3, bucket, "k", b"payload", etag)
+    assert not s3.list_multipart_uploads(Bucket=bucket).get("Uploads")
