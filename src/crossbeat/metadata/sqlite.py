@@ -217,8 +217,10 @@ class SqliteMetadataStore(MetadataStore):
         """Like put_version, but also returns the stored metadata (revision, isLatest)."""
         return self._write(lambda txn: versions.put(txn, meta, precondition))
 
-    def delete_version(self, bucket: str, key: str, version_id: str) -> Meta | None:
-        return self._write(lambda txn: versions.delete(txn, bucket, key, version_id))
+    def delete_version(
+        self, bucket: str, key: str, version_id: str, *, precondition: Precondition | None = None
+    ) -> Meta | None:
+        return self._write(lambda txn: versions.delete(txn, bucket, key, version_id, precondition))
 
     def update_version(
         self, bucket: str, key: str, version_id: str, new_meta: Meta, *, expected_revision: int

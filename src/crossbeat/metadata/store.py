@@ -105,9 +105,12 @@ class MetadataStore(abc.ABC):
         """
 
     @abc.abstractmethod
-    def delete_version(self, bucket: str, key: str, version_id: str) -> Meta | None:
+    def delete_version(
+        self, bucket: str, key: str, version_id: str, *, precondition: Precondition | None = None
+    ) -> Meta | None:
         """Permanently remove one version or delete marker and return it (None if absent);
-        the next newest version becomes the latest."""
+        the next newest version becomes the latest. `precondition` is called inside the
+        transaction with that version (or None) and may raise to abort, as in put_version."""
 
     @abc.abstractmethod
     def update_version(

@@ -283,9 +283,13 @@ def _insert_rows(
     ]
 
 
-def delete(txn: WriteTxn, bucket: str, key: str, version_id: str) -> Meta | None:
+def delete(
+    txn: WriteTxn, bucket: str, key: str, version_id: str, precondition: Precondition | None = None
+) -> Meta | None:
     conn = txn.conn
     old = get(conn, bucket, key, version_id)
+    if precondition is not None:
+        precondition(old)
     if old is None:
         return None
     conn.execute(

@@ -30,6 +30,8 @@ from crossbeat.s3.objectmeta import (
     checksum_headers,
     iso_now,
     object_headers,
+    parse_http_date,
+    parse_iso,
     parse_range,
     parse_tagging_header,
     quoted,
@@ -59,23 +61,72 @@ def versioning_ids(bucket: Bucket) -> tuple[str, str]:
 
 
 def write_precondition(headers: dict[str, str]) -> Any:
-    """If-None-Match: * / If-Match on PUT and Complete, checked inside the store transaction."""
+    """If-None-Match: * / If-Match on PUT and Complete, checked inside the store transaction.
+    If-None-Match with anything but `*` is NotImplemented, as on AWS (rather than ignored)."""
     if_none = headers.get("if-none-match")
     if_match = headers.get("if-match")
     if if_none is None and if_match is None:
         return None
+    if if_none is not None and if_none.strip() != "*":
+        raise S3Error("NotImplemented", "If-None-Match on a write takes only '*'.",
+                      extra={"Header": "If-None-Match"})
 
     def check(current: dict[str, Any] | None) -> None:
         live = current if current and not current.get("isDeleteMarker") else None
-        if if_none is not None and if_none.strip() == "*" and live is not None:
+        if if_none is not None and live is not None:
             raise S3Error("PreconditionFailed", extra={"Condition": "If-None-Match"})
         if if_match is not None:
-            if live is None:
-                raise S3Error("NoSuchKey")
-            if if_match.strip() != "*" and if_match.strip().strip('"') != live["etag"]:
-                raise S3Error("PreconditionFailed", extra={"Condition": "If-Match"})
+            _check_if_match(if_match, live)
 
     return check
+
+
+def _check_if_match(if_match: str, live: dict[str, Any] | None) -> None:
+    """If-Match of a write or delete against the version it would replace or remove (None
+    when there is none, or it is a delete marker)."""
+    if live is None:
+        raise S3Error("NoSuchKey")
+    if if_match.strip() != "*" and if_match.strip().strip('"') != live["etag"]:
+        raise S3Error("PreconditionFailed", extra={"Condition": "If-Match"})
+
+
+def delete_precondition(target: xmldoc.DeleteTarget) -> Any:
+    """A conditional delete (DeleteObject's If-Match, x-amz-if-match-size and
+    x-amz-if-match-last-modified-time; a DeleteObjects entry's ETag, Size, LastModifiedTime):
+    the version the delete removes, or without a versionId the current one, must match each
+    condition given (last-modified to the second). Checked inside the store transaction, so
+    an overwrite that commits first is never deleted by mistake."""
+    if target.etag is None and target.size is None and target.last_modified is None:
+        return None
+
+    def check(current: dict[str, Any] | None) -> None:
+        live = current if current and not current.get("isDeleteMarker") else None
+        _check_if_match(target.etag or "*", live)
+        assert live is not None  # _check_if_match refused a missing version
+        if target.size is not None and live["size"] != target.size:
+            raise S3Error("PreconditionFailed", extra={"Condition": "x-amz-if-match-size"})
+        if target.last_modified is not None and (
+            int(parse_iso(live["lastModified"]).timestamp()) != int(target.last_modified.timestamp())
+        ):
+            raise S3Error("PreconditionFailed",
+                          extra={"Condition": "x-amz-if-match-last-modified-time"})
+
+    return check
+
+
+def delete_target(req: Request) -> xmldoc.DeleteTarget:
+    """DeleteObject's key, versionId and conditions; a malformed condition is InvalidArgument."""
+    h = req.headers
+    size, modified = h.get("x-amz-if-match-size"), h.get("x-amz-if-match-last-modified-time")
+    if size is not None and not size.strip().isdigit():
+        raise S3Error("InvalidArgument", "x-amz-if-match-size must be a non-negative integer.")
+    moment = parse_http_date(modified) if modified is not None else None
+    if modified is not None and moment is None:
+        raise S3Error("InvalidArgument", "x-amz-if-match-last-modified-time must be an HTTP date.")
+    return xmldoc.DeleteTarget(
+        req.key, req.query.get("versionId"), h.get("if-match"),
+        int(size) if size is not None else None, moment,
+    )
 
 
 def new_meta(
@@ -262,12 +313,14 @@ def _part_range(meta: dict[str, Any], part_number: str) -> tuple[int, int] | Non
     return start, start + parts[n - 1]
 
 
-async def delete_one(
-    gw: Gateway, bucket: Bucket, key: str, version_id: str | None
-) -> dict[str, str]:
-    """Delete with S3 versioning semantics; returns the response headers it implies."""
+async def delete_one(gw: Gateway, bucket: Bucket, target: xmldoc.DeleteTarget) -> dict[str, str]:
+    """Delete with S3 versioning semantics, if the target's conditions hold (see
+    `delete_precondition`); returns the response headers it implies."""
+    key, version_id = target.key, target.version_id
+    precondition = delete_precondition(target)
     if version_id is not None:
-        removed = await gw.run(gw.store.delete_version, bucket.name, key, version_id)
+        removed = await gw.run(gw.store.delete_version, bucket.name, key, version_id,
+                               precondition=precondition)
         headers = {"x-amz-version-id": version_id}
         if removed is not None:
             if removed.get("isDeleteMarker"):
@@ -275,7 +328,8 @@ async def delete_one(
             await gw.free([removed])
         return headers
     if not bucket.versioning:
-        removed = await gw.run(gw.store.delete_version, bucket.name, key, "null")
+        removed = await gw.run(gw.store.delete_version, bucket.name, key, "null",
+                               precondition=precondition)
         if removed is not None:
             await gw.free([removed])
         return {}
@@ -297,14 +351,14 @@ async def delete_one(
         "owner": bucket.owner,
         "replicationInfo": replication_info(bucket, key, {}, delete_marker=True),
     }
-    displaced = await gw.run(gw.store.put_version, marker)
+    displaced = await gw.run(gw.store.put_version, marker, precondition=precondition)
     await gw.free(displaced)
     return {"x-amz-delete-marker": "true", "x-amz-version-id": version}
 
 
 async def delete_object(gw: Gateway, req: Request, p: Principal) -> Response:
     bucket = await gw.bucket(req.bucket, p, fresh=True)
-    headers = await delete_one(gw, bucket, req.key, req.query.get("versionId"))
+    headers = await delete_one(gw, bucket, delete_target(req))
     return Response(status=204, headers=headers)
 
 
@@ -313,11 +367,12 @@ async def delete_objects(gw: Gateway, req: Request, p: Principal, ctx: Any) -> R
     quiet, items = xmldoc.parse_delete_objects(await read_document(req, ctx))
     deleted: list[xmldoc.DeletedObject] = []
     errors: list[xmldoc.DeleteError] = []
-    for key, version_id in items:
+    for target in items:
+        key, version_id = target.key, target.version_id
         try:
             if not key:
                 raise S3Error("InvalidArgument", "An object key must not be empty.")
-            h = await delete_one(gw, bucket, key, version_id)
+            h = await delete_one(gw, bucket, target)
         except S3Error as err:
             errors.append(xmldoc.DeleteError(key, err.code, err.message, version_id))
             continue

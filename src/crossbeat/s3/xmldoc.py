@@ -464,6 +464,18 @@ def copy_part_result_xml(
 # DeleteObjects
 
 
+@dataclass(frozen=True)
+class DeleteTarget:
+    """One `<Object>` of a DeleteObjects request. `etag`, `size` and `last_modified` (UTC)
+    make its delete conditional: the version it removes must match each one given."""
+
+    key: str
+    version_id: str | None = None
+    etag: str | None = None
+    size: int | None = None
+    last_modified: dt.datetime | None = None
+
+
 @dataclass
 class DeletedObject:
     """One `<Deleted>` entry of a DeleteObjects result."""
@@ -484,8 +496,8 @@ class DeleteError:
     version_id: str | None = None
 
 
-def parse_delete_objects(body: bytes | str) -> tuple[bool, list[tuple[str, str | None]]]:
-    """(quiet, [(key, version_id or None)]) of a Delete body.
+def parse_delete_objects(body: bytes | str) -> tuple[bool, list[DeleteTarget]]:
+    """(quiet, targets) of a Delete body.
 
     No objects, more than 1000, an Object without Key, or a Quiet that is not a boolean →
     MalformedXML. Empty keys are kept (the caller reports them per key)."""
@@ -493,18 +505,33 @@ def parse_delete_objects(body: bytes | str) -> tuple[bool, list[tuple[str, str |
     quiet_text = (child_text(root, "Quiet") or "false").strip().lower()
     if quiet_text not in ("true", "false"):
         raise S3Error("MalformedXML", "Quiet must be true or false.")
-    objects: list[tuple[str, str | None]] = []
+    objects: list[DeleteTarget] = []
     for obj in root.findall("Object"):
         key = child_text(obj, "Key")
         if key is None:
             raise S3Error("MalformedXML", "Each Object needs a Key.")
-        version_id = child_text(obj, "VersionId")
-        objects.append((key, version_id.strip() or None if version_id is not None else None))
+        version_id, etag, size, modified = (
+            (child_text(obj, name) or "").strip() or None
+            for name in ("VersionId", "ETag", "Size", "LastModifiedTime")
+        )
+        try:
+            objects.append(DeleteTarget(
+                key, version_id, etag,
+                int(size) if size is not None else None,
+                _utc(dt.datetime.fromisoformat(modified)) if modified is not None else None,
+            ))
+        except ValueError:
+            raise S3Error("MalformedXML", f"Object {key!r}: Size must be an integer and "
+                          "LastModifiedTime an ISO 8601 timestamp.") from None
         if len(objects) > MAX_DELETE_OBJECTS:
             raise S3Error("MalformedXML", "A Delete request may name at most 1000 objects.")
     if not objects:
         raise S3Error("MalformedXML", "A Delete request must name at least one object.")
     return quiet_text == "true", objects
+
+
+def _utc(moment: dt.datetime) -> dt.datetime:
+    return moment.replace(tzinfo=dt.UTC) if moment.tzinfo is None else moment.astimezone(dt.UTC)
 
 
 def delete_result_xml(deleted: Iterable[DeletedObject], errors: Iterable[DeleteError]) -> bytes:

@@ -286,12 +286,12 @@ def test_list_parts_and_uploads_xml() -> None:
 
 
 def test_parse_delete_objects_capture() -> None:
-    assert xmldoc.parse_delete_objects(BOTO_DELETE) == (False, [("a", None), ("b", None)])
+    assert xmldoc.parse_delete_objects(BOTO_DELETE) == (False, [xmldoc.DeleteTarget("a"), xmldoc.DeleteTarget("b")])
 
 
 def test_parse_delete_objects_quiet_and_versions() -> None:
     body = b"<Delete><Quiet>TRUE</Quiet><Object><Key>a &amp; b</Key><VersionId>v1</VersionId></Object><Object><Key>c</Key><VersionId>null</VersionId></Object></Delete>"
-    assert xmldoc.parse_delete_objects(body) == (True, [("a & b", "v1"), ("c", "null")])
+    assert xmldoc.parse_delete_objects(body) == (True, [xmldoc.DeleteTarget("a & b", "v1"), xmldoc.DeleteTarget("c", "null")])
 
 
 def test_parse_delete_objects_limits() -> None:
@@ -422,3 +422,13 @@ def test_etags_and_timestamps() -> None:
 
 def test_url_encode_keeps_slash_and_encodes_plus() -> None:
     assert xmldoc.url_encode("a b+c/é~") == "a%20b%2Bc/%C3%A9~"
+
+
+def test_parse_delete_objects_conditions() -> None:
+    body = (b"<Delete><Object><Key>a</Key><ETag>\"e1\"</ETag><Size>10</Size>"
+            b"<LastModifiedTime>2026-11-25T10:00:00.000Z</LastModifiedTime></Object></Delete>")
+    target = xmldoc.parse_delete_objects(body)[1][0]
+    assert (target.etag, target.size) == ('"e1"', 10)
+    assert target.last_modified == dt.datetime(2026, 11, 25, 10, tzinfo=dt.UTC)
+    bad = b"<Delete><Object><Key>a</Key><Size>ten</Size></Object></Delete>"
+    assert code_of(xmldoc.parse_delete_objects, bad) == "MalformedXML"
