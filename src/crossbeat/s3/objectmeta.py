@@ -131,9 +131,6 @@ def object_headers(meta: dict[str, Any], versioned: bool) -> dict[str, str]:
     tags = meta.get("tags")
     if tags:
         h["x-amz-tagging-count"] = str(len(tags))
-    parts = meta.get("parts")
-    if parts:
-        h["x-amz-mp-parts-count"] = str(len(parts))
     return h
 
 

@@ -259,7 +259,11 @@ def _prepare_get(
     rng: tuple[int, int] | None
     part_number = req.query.get("partNumber")
     if part_number is not None:
+        if "range" in req.headers:
+            raise S3Error("InvalidRequest", "Cannot specify both Range header and partNumber query parameter")
         rng = _part_range(meta, part_number)
+        if meta.get("parts"):  # AWS sends the count only when a part is asked for
+            headers["x-amz-mp-parts-count"] = str(len(meta["parts"]))
     else:
         rng = parse_range(req.headers.get("range"), size)
     for param, header in RESPONSE_OVERRIDES.items():
@@ -298,6 +302,9 @@ async def get_object(gw: Gateway, req: Request, p: Principal, head: bool) -> Res
 
 
 def _part_range(meta: dict[str, Any], part_number: str) -> tuple[int, int] | None:
+    """The byte range [start, end) of part `part_number`. An object not uploaded in parts
+    is one part: part 1 is all of it (206 with its Content-Range, as AWS answers; None, a
+    plain 200, only for an empty object, which has no byte range)."""
     try:
         n = int(part_number)
     except ValueError as exc:
@@ -307,7 +314,7 @@ def _part_range(meta: dict[str, Any], part_number: str) -> tuple[int, int] | Non
         raise S3Error("InvalidArgument", "Part number must be an integer between 1 and 10000")
     if n > len(parts):
         raise S3Error("InvalidPartNumber", "The requested partnumber is not satisfiable", status=416)
-    if not meta.get("parts"):
+    if not parts[n - 1]:
         return None
     start = sum(parts[: n - 1])
     return start, start + parts[n - 1]

@@ -90,3 +90,30 @@ def test_multipart_checksum_sha256_composite(s3: Any, bucket: str) -> None:
     import base64
     expected = base64.b64encode(hashlib.sha256(b"".join(hashlib.sha256(p).digest() for p in parts)).digest()).decode()
     assert r["ChecksumSHA256"] == f"{expected}-2"
+
+
+def test_part_number_reads_as_aws_answers(s3: Any, bucket: str) -> None:
+    data = os.urandom(5 * MiB) + b"tail"
+    uid = s3.create_multipart_upload(Bucket=bucket, Key="mp")["UploadId"]
+    parts = [{"PartNumber": n, "ETag": s3.upload_part(Bucket=bucket, Key="mp", UploadId=uid,
+                                                      PartNumber=n, Body=body)["ETag"]}
+             for n, body in ((1, data[:5 * MiB]), (2, data[5 * MiB:]))]
+    s3.complete_multipart_upload(Bucket=bucket, Key="mp", UploadId=uid, MultipartUpload={"Parts": parts})
+    # the parts count only when a part is asked for
+    assert "PartsCount" not in s3.head_object(Bucket=bucket, Key="mp")
+    assert "PartsCount" not in s3.get_object(Bucket=bucket, Key="mp", Range="bytes=0-0")
+    second = s3.head_object(Bucket=bucket, Key="mp", PartNumber=2)
+    assert second["PartsCount"] == 2 and second["ContentRange"] == f"bytes {5 * MiB}-{len(data) - 1}/{len(data)}"
+    with pytest.raises(botocore.exceptions.ClientError) as exc:
+        s3.get_object(Bucket=bucket, Key="mp", PartNumber=1, Range="bytes=0-1")
+    assert exc.value.response["Error"]["Code"] == "InvalidRequest"
+    # an object not uploaded in parts is one part
+    s3.put_object(Bucket=bucket, Key="single", Body=b"0123456789")
+    one = s3.get_object(Bucket=bucket, Key="single", PartNumber=1)
+    assert one["ResponseMetadata"]["HTTPStatusCode"] == 206
+    assert one["ContentRange"] == "bytes 0-9/10" and one["Body"].read() == b"0123456789"
+    assert "PartsCount" not in one
+    with pytest.raises(botocore.exceptions.ClientError) as exc:
+        s3.get_object(Bucket=bucket, Key="single", PartNumber=2)
+    assert exc.value.response["Error"]["Code"] == "InvalidPartNumber"
+    assert exc.value.response["ResponseMetadata"]["HTTPStatusCode"] == 416
