@@ -19,6 +19,8 @@ from typing import Any
 from kafka.protocol.admin import (
     CreateTopicsRequest,
     CreateTopicsResponse,
+    DeleteGroupsRequest,
+    DeleteGroupsResponse,
     DeleteTopicsRequest,
     DeleteTopicsResponse,
     DescribeConfigsRequest,
@@ -72,7 +74,8 @@ class ApiSpec:
     """One API we answer: its schema classes and the version range we advertise.
 
     The ranges stay below each API's first flexible version (KIP-482) except ApiVersions,
-    whose v3/v4 every modern client opens with; see `reference/kafka-broker.md`.
+    whose v3/v4 every modern client opens with, and DeleteGroups (v2 is flexible; kafka-python
+    encodes flexible versions as well as the others); see `reference/kafka-broker.md`.
     """
 
     key: int
@@ -108,6 +111,7 @@ APIS: dict[int, ApiSpec] = {
         _spec(20, DeleteTopicsRequest, DeleteTopicsResponse, 1, 3),
         _spec(22, InitProducerIdRequest, InitProducerIdResponse, 0, 1),
         _spec(32, DescribeConfigsRequest, DescribeConfigsResponse, 1, 3),
+        _spec(42, DeleteGroupsRequest, DeleteGroupsResponse, 0, 2),
     )
 }
 

@@ -341,6 +341,25 @@ class GroupCoordinator:
                 return self.leave(group_id, m.member_id), m.member_id
         return ErrorCode.UNKNOWN_MEMBER_ID, ""
 
+    def delete(self, group_id: str, *, has_offsets: bool) -> ErrorCode:
+        """DeleteGroups for one group, as Kafka's coordinator decides it.
+
+        An Empty group (no members, not rebalancing) is forgotten and NONE returned; so is a
+        group we only know from its committed offsets (`has_offsets`; the caller drops those).
+        A group with members or mid-rebalance is NON_EMPTY_GROUP and kept; a group neither
+        here nor with offsets is GROUP_ID_NOT_FOUND. Member ids handed out by
+        MEMBER_ID_REQUIRED but not yet joined do not make a group non-empty (nor in Kafka):
+        their JoinGroup then gets UNKNOWN_MEMBER_ID and the client starts over.
+        """
+        group = self.groups.get(group_id)
+        if group is None:
+            return ErrorCode.NONE if has_offsets else ErrorCode.GROUP_ID_NOT_FOUND
+        if group.state is not GroupState.EMPTY:
+            return ErrorCode.NON_EMPTY_GROUP
+        del self.groups[group_id]
+        log.info("group %s: deleted", group_id)
+        return ErrorCode.NONE
+
     def check_commit(self, group_id: str, generation_id: int, member_id: str) -> ErrorCode:
         """May this OffsetCommit be applied? generation -1 with no member id is a simple
         (standalone) commit, allowed while the group has no members."""

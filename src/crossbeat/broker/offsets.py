@@ -5,7 +5,8 @@ Storage: one append-only file, `offsets.log`, one line per commit request::
     <crc32c of the JSON, 8 hex digits> <JSON>\\n
     JSON = {"g": group, "ts": commit ms, "o": [[topic, partition, offset, leader_epoch, metadata], …]}
 
-An offset of null is a tombstone (topic deleted). A commit is acknowledged only after its line
+An offset of null is a tombstone (topic deleted). A line with `"drop": true` (DeleteGroups)
+removes every offset of its group that lines before it committed; it carries `"o": []`. A commit is acknowledged only after its line
 is fsynced; concurrent commits share one fsync (group commit). On open the file is read
 front to back: a line that is torn (no newline) or fails its CRC ends the log and is cut
 off, so a crash loses only unacknowledged commits. When the log has grown past
@@ -116,6 +117,8 @@ class OffsetStore:
 
     def _apply(self, doc: dict[str, Any]) -> None:
         group = doc["g"]
+        if doc.get("drop"):
+            self._groups.pop(group, None)
         offsets = self._groups.setdefault(group, {})
         ts = int(doc.get("ts", 0))
         for topic, partition, offset, epoch, metadata in doc["o"]:
@@ -138,9 +141,20 @@ class OffsetStore:
     # -- writing ---------------------------------------------------------------------------
     async def commit(self, group: str, entries: list[Entry]) -> None:
         """Make `entries` durable, then visible to `get`. Raises OSError if the write fails."""
+        await self._submit({"g": group, "ts": int(time.time() * 1000),
+                            "o": [list(e) for e in entries]})
+
+    async def drop_group(self, group: str) -> None:
+        """Durably remove every offset `group` committed, then answer (DeleteGroups).
+
+        Commits queued before this call are written before it and so removed too; those
+        queued after it survive. Raises OSError if the write fails (nothing is removed).
+        """
+        await self._submit({"g": group, "ts": int(time.time() * 1000), "o": [], "drop": True})
+
+    async def _submit(self, doc: dict[str, Any]) -> None:
         if self._closed:
             raise RuntimeError("offset store is closed")
-        doc = {"g": group, "ts": int(time.time() * 1000), "o": [list(e) for e in entries]}
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._queue.append((doc, done))
         self._wakeup.set()

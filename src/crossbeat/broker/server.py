@@ -41,7 +41,7 @@ log = logging.getLogger(__name__)
 
 # Requests whose handler must run to the end even if the client goes away: they write
 # durable state, and interrupting them half way would leave bookkeeping inconsistent.
-_RUN_TO_COMPLETION = frozenset({0, 8, 19, 20, 22})
+_RUN_TO_COMPLETION = frozenset({0, 8, 19, 20, 22, 42})
 
 
 class _Close:

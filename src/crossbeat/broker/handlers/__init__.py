@@ -5,6 +5,7 @@ from __future__ import annotations
 from crossbeat.broker.handlers import (
     api_versions,
     create_topics,
+    delete_groups,
     delete_topics,
     describe_configs,
     describe_groups,
@@ -43,6 +44,7 @@ HANDLERS: dict[int, Handler] = {
     20: delete_topics.handle,
     22: init_producer_id.handle,
     32: describe_configs.handle,
+    42: delete_groups.handle,
 }
 
 __all__ = ["HANDLERS", "Context", "Handler"]
