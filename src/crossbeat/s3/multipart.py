@@ -18,7 +18,6 @@ from crossbeat.s3.errors import S3Error
 from crossbeat.s3.http import Request, Response, xml_response
 from crossbeat.s3.objectmeta import (
     iso_now,
-    parse_range,
     parse_tagging_header,
     quoted,
     refuse_object_lock,
@@ -116,6 +115,22 @@ async def upload_part(gw: Gateway, req: Request, p: Principal, ctx: Any) -> Resp
     return Response(headers=headers)
 
 
+def parse_copy_source_range(value: str, size: int) -> tuple[int, int]:
+    """`bytes=first-last` of UploadPartCopy → (first, last + 1). Unlike a GET Range, both ends
+    are required and must lie in the source: anything else is InvalidArgument (a GET-style
+    open or clamped range would copy a different part than the client asked for)."""
+    spec = value.strip().removeprefix("bytes=") if value.strip().startswith("bytes=") else ""
+    first, sep, last = spec.partition("-")
+    if not (sep and first.isdigit() and last.isdigit()):
+        raise S3Error("InvalidArgument", "The x-amz-copy-source-range value must be of the form "
+                      "bytes=first-last where first and last are the zero-based offsets of the "
+                      "first and last bytes to copy")
+    start, stop = int(first), int(last) + 1
+    if start >= stop or stop > size:
+        raise S3Error("InvalidArgument", f"Range specified is not valid for source object of size: {size}")
+    return start, stop
+
+
 async def upload_part_copy(gw: Gateway, req: Request, p: Principal, ctx: Any) -> Response:
     bucket = await gw.bucket(req.bucket, p)
     number = _part_number(req)
@@ -123,10 +138,8 @@ async def upload_part_copy(gw: Gateway, req: Request, p: Principal, ctx: Any) ->
     src, src_version = await copy_source(gw, req, p)
     await read_document(req, ctx)
     size = int(src["size"])
-    rng = parse_range(req.headers.get("x-amz-copy-source-range"), size) if size else None
-    if req.headers.get("x-amz-copy-source-range") and rng is None and size:
-        raise S3Error("InvalidArgument", "The x-amz-copy-source-range value must be of the form bytes=first-last")
-    start, end = rng or (0, size)
+    copy_range = req.headers.get("x-amz-copy-source-range")
+    start, end = parse_copy_source_range(copy_range, size) if copy_range is not None else (0, size)
     location, md5_hex = await gw.run(copy_data, gw, src, gw.location_for(bucket), start, end)
     modified = iso_now()
     part = {

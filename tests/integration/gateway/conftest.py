@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -28,8 +29,10 @@ def alice(gateway: Service) -> Any:
 
 @pytest.fixture
 def bucket(s3: Any, request: pytest.FixtureRequest) -> str:
-    name = "t-" + request.node.name.lower().replace("_", "-")[:50].strip("-")
-    name = "".join(c for c in name if c.isalnum() or c == "-")
+    # the test's name, cut, and a digest of its full id: parametrized cases get their own
+    name = "t-" + request.node.name.lower().replace("_", "-")[:40].strip("-")
+    name = "".join(c for c in name if c.isascii() and (c.isalnum() or c == "-")).strip("-")
+    name += "-" + hashlib.sha1(request.node.nodeid.encode()).hexdigest()[:8]
     s3.create_bucket(Bucket=name)
     return name
 

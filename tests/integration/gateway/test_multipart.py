@@ -117,3 +117,33 @@ def test_part_number_reads_as_aws_answers(s3: Any, bucket: str) -> None:
         s3.get_object(Bucket=bucket, Key="single", PartNumber=2)
     assert exc.value.response["Error"]["Code"] == "InvalidPartNumber"
     assert exc.value.response["ResponseMetadata"]["HTTPStatusCode"] == 416
+
+
+@pytest.mark.parametrize(
+    ("copy_range", "message"),
+    [
+        ("bytes=5-", "must be of the form bytes=first-last"),
+        ("bytes=-5", "must be of the form bytes=first-last"),
+        ("5-6", "must be of the form bytes=first-last"),
+        ("bytes=6-5", "not valid for source object of size: 10"),
+        ("bytes=5-50", "not valid for source object of size: 10"),
+        ("bytes=20-30", "not valid for source object of size: 10"),
+    ],
+)
+def test_upload_part_copy_takes_only_a_range_inside_the_source(
+    s3: Any, bucket: str, copy_range: str, message: str
+) -> None:
+    """A GET Range may be open or run past the end; a copy range may not, since the part
+    copied would then not be the part asked for."""
+    s3.put_object(Bucket=bucket, Key="src10", Body=b"0123456789")
+    uid = s3.create_multipart_upload(Bucket=bucket, Key="dst")["UploadId"]
+    with pytest.raises(botocore.exceptions.ClientError) as exc:
+        s3.upload_part_copy(Bucket=bucket, Key="dst", UploadId=uid, PartNumber=1,
+                            CopySource={"Bucket": bucket, "Key": "src10"}, CopySourceRange=copy_range)
+    assert exc.value.response["Error"]["Code"] == "InvalidArgument"
+    assert message in exc.value.response["Error"]["Message"]
+    assert not s3.list_parts(Bucket=bucket, Key="dst", UploadId=uid).get("Parts")
+    ok = s3.upload_part_copy(Bucket=bucket, Key="dst", UploadId=uid, PartNumber=1,
+                             CopySource={"Bucket": bucket, "Key": "src10"}, CopySourceRange="bytes=9-9")
+    assert [p["Size"] for p in s3.list_parts(Bucket=bucket, Key="dst", UploadId=uid)["Parts"]] == [1]
+    assert ok["CopyPartResult"]["ETag"]
