@@ -1,8 +1,12 @@
 """CreateTopics (19): replication factor must be 1 or -1 (single node); configs are
-checked against what the store honours; `validate_only` creates nothing."""
+checked against what the store honours; `validate_only` creates nothing.
+
+A name given more than once in one request is not created: it gets one result,
+INVALID_REQUEST, as in Kafka (whose response has one entry per name)."""
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 from kafka.protocol.admin import CreateTopicsResponse
@@ -16,8 +20,17 @@ _Result = CreateTopicsResponse.CreatableTopicResult
 
 async def handle(ctx: Context, req: Any) -> Any:
     topics = ctx.broker.topics
+    counts = Counter(t.name for t in req.topics)
     results = []
+    answered: set[str] = set()
     for t in req.topics:
+        if t.name in answered:
+            continue
+        answered.add(t.name)
+        if counts[t.name] > 1:
+            results.append(_Result(name=t.name, error_code=int(ErrorCode.INVALID_REQUEST),
+                                   error_message="Duplicate topic name."))
+            continue
         code, message = ErrorCode.NONE, None
         try:
             if t.replication_factor not in (-1, 1):
