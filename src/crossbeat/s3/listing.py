@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from crossbeat.s3.errors import S3Error
+from crossbeat.s3.objectmeta import storage_class
 from crossbeat.s3.xmldoc import (
     CHECKSUM_ELEMENTS,
     XmlWriter,
@@ -271,7 +272,7 @@ def _object_fields(w: XmlWriter, meta: Meta, enc: Callable[[str], str]) -> None:
         f"<ETag>&quot;{xml_text(str(meta.get('etag', '')).strip().strip(chr(34)))}&quot;</ETag>"
         f"{checksum}"
         f"<Size>{int(meta.get('size') or 0)}</Size>"
-        f"<StorageClass>{xml_text(meta.get('storageClass') or 'STANDARD')}</StorageClass>"
+        f"<StorageClass>{xml_text(storage_class(meta))}</StorageClass>"
     )
 
 
@@ -416,7 +417,7 @@ def list_object_versions(
                 w.leaf("ChecksumAlgorithm", algorithm)
             w.leaf("ChecksumType", _checksum_type(meta))
             w.leaf("Size", meta.get("size", 0))
-            w.leaf("StorageClass", meta.get("storageClass") or "STANDARD")
+            w.leaf("StorageClass", storage_class(meta))
         _owner(w, meta, owner)
         w.close()
     for common in page.prefixes:
@@ -513,6 +514,6 @@ def list_parts(
         is_truncated=truncated,
         owner_id=owner_id,
         owner_name=owner_name,
-        storage_class=meta.get("storageClass") or "STANDARD",
+        storage_class=storage_class(meta),
         checksum_algorithm=meta.get("checksumAlgorithm"),
     )

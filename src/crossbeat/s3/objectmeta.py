@@ -17,8 +17,15 @@ SYSTEM_HEADERS = (
     "content-language",
     "expires",
     "x-amz-website-redirect-location",
-    "x-amz-storage-class",
 )
+# AWS's storage classes. crossbeat keeps every object in its bucket's repository whatever the
+# class; the class is recorded and reported (HEAD, listings) as a label.
+STORAGE_CLASSES = frozenset({
+    "STANDARD", "REDUCED_REDUNDANCY", "STANDARD_IA", "ONEZONE_IA", "INTELLIGENT_TIERING",
+    "GLACIER", "DEEP_ARCHIVE", "OUTPOSTS", "GLACIER_IR", "SNOW", "EXPRESS_ONEZONE",
+    "FSX_OPENZFS", "FSX_ONTAP",
+})
+STORAGE_CLASS_HEADER = "x-amz-storage-class"
 MAX_USER_METADATA = 2048
 # Object Lock is not implemented, so no bucket has its configuration: AWS refuses these
 # headers on such a bucket rather than store an object without the protection asked for.
@@ -83,8 +90,29 @@ def refuse_object_lock(headers: dict[str, str]) -> None:
         raise S3Error("InvalidRequest", "Bucket is missing Object Lock Configuration")
 
 
+def storage_class_header(headers: dict[str, str]) -> str | None:
+    """The request's x-amz-storage-class, validated (InvalidStorageClass); None for STANDARD
+    or none, which, as on AWS, GET and HEAD do not report."""
+    value = headers.get(STORAGE_CLASS_HEADER)
+    if value is None:
+        return None
+    if value not in STORAGE_CLASSES:
+        raise S3Error("InvalidStorageClass", f"The storage class you specified is not valid: {value!r}")
+    return None if value == "STANDARD" else value
+
+
+def storage_class(meta: dict[str, Any]) -> str:
+    """An object's (or an upload's) storage class, as listings report it."""
+    return (meta.get("systemHeaders") or {}).get(STORAGE_CLASS_HEADER) or "STANDARD"
+
+
 def system_headers(headers: dict[str, str]) -> dict[str, str]:
+    """The headers stored with a new object and returned on GET/HEAD (storage class
+    validated); raises InvalidStorageClass."""
     out = {k: headers[k] for k in SYSTEM_HEADERS if k in headers}
+    sc = storage_class_header(headers)
+    if sc is not None:
+        out[STORAGE_CLASS_HEADER] = sc
     encoding = out.get("content-encoding")
     if encoding:
         # aws-chunked is transfer framing, not a property of the object

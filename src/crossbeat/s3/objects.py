@@ -26,6 +26,7 @@ from crossbeat.s3.datapath import (
 from crossbeat.s3.errors import S3Error
 from crossbeat.s3.http import Request, Response, xml_response
 from crossbeat.s3.objectmeta import (
+    STORAGE_CLASS_HEADER,
     check_conditionals,
     checksum_headers,
     iso_now,
@@ -36,6 +37,7 @@ from crossbeat.s3.objectmeta import (
     parse_tagging_header,
     quoted,
     refuse_object_lock,
+    storage_class_header,
     system_headers,
     user_metadata,
 )
@@ -466,6 +468,10 @@ async def copy_object(gw: Gateway, req: Request, p: Principal, ctx: Any) -> Resp
         umeta, ctype, sys_h = user_metadata(req.headers), req.headers.get("content-type"), system_headers(req.headers)
     else:
         umeta, ctype, sys_h = dict(src.get("userMetadata") or {}), src.get("contentType"), dict(src.get("systemHeaders") or {})
+        # the storage class is the request's, not the source's (STANDARD unless given)
+        sys_h.pop(STORAGE_CLASS_HEADER, None)
+        if (sc := storage_class_header(req.headers)) is not None:
+            sys_h[STORAGE_CLASS_HEADER] = sc
     tags = parse_tagging_header(req.headers.get("x-amz-tagging")) if tag_directive == "REPLACE" else dict(src.get("tags") or {})
     location, md5_hex = await gw.run(copy_data, gw, src, gw.location_for(bucket), 0, int(src["size"]))
     meta = new_meta(

@@ -26,6 +26,7 @@ from urllib.parse import parse_qsl, quote
 from xml.etree import ElementTree as ET
 
 from crossbeat.s3.errors import S3Error
+from crossbeat.s3.objectmeta import storage_class
 
 NS = "http://s3.amazonaws.com/doc/2006-03-01/"
 XML_DECL = '<?xml version="1.0" encoding="UTF-8"?>\n'
@@ -434,7 +435,7 @@ def list_uploads_xml(
         uid = meta.get("owner") or owner_id
         uname = meta.get("ownerDisplayName") or owner_name
         w.owner(uid, uname, "Initiator").owner(uid, uname)
-        w.leaf("StorageClass", meta.get("storageClass") or "STANDARD")
+        w.leaf("StorageClass", storage_class(meta))
         w.leaf("Initiated", iso8601(upload.get("initiated", 0)))
         if meta.get("checksumAlgorithm"):
             w.leaf("ChecksumAlgorithm", str(meta["checksumAlgorithm"]).upper())
