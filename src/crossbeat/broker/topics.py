@@ -29,7 +29,8 @@ PARTITION_KEY = "crossbeat.partition"
 PARTITIONS_KEY = "crossbeat.partitions"
 _INTERNAL_KEYS = (TOPIC_KEY, PARTITION_KEY, PARTITIONS_KEY)
 
-_LEGAL_NAME = re.compile(r"[a-zA-Z0-9._-]{1,243}")  # + "-<partition>" fits 249
+MAX_NAME_LENGTH = 249  # Kafka's; the store's stream names leave room for "-<partition>"
+_LEGAL_NAME = re.compile(rf"[a-zA-Z0-9._-]{{1,{MAX_NAME_LENGTH}}}")
 MAX_PARTITIONS = 10000
 
 SUPPORTED_CONFIGS = (
@@ -77,8 +78,15 @@ def check_topic_name(name: str) -> None:
     if not name or name in (".", "..") or not _LEGAL_NAME.fullmatch(name):
         raise TopicError(
             ErrorCode.INVALID_TOPIC_EXCEPTION,
-            f"invalid topic name {name!r}: 1-243 characters of [a-zA-Z0-9._-], not '.' or '..'",
+            f"invalid topic name {name!r}: 1-{MAX_NAME_LENGTH} characters of [a-zA-Z0-9._-], "
+            "not '.' or '..'",
         )
+
+
+def collision_key(name: str) -> str:
+    """`name` with '.' read as '_': Kafka refuses a topic whose key equals another's,
+    because metric names replace '.' by '_' and would mix the two topics' metrics."""
+    return name.replace(".", "_")
 
 
 def default_configs(stream: StreamSettings, max_message_bytes: int) -> dict[str, str]:
@@ -120,6 +128,7 @@ class Topics:
     def __init__(self, store: StreamStore) -> None:
         self._store = store
         self._topics: dict[str, Topic] = {}
+        self._by_collision_key: dict[str, str] = {}  # collision_key(name) -> name
         self._load()
 
     def _load(self) -> None:
@@ -149,6 +158,7 @@ class Topics:
                     stream = self._create_stream(topic, index, counts[topic], configs)
                 partitions.append(stream)
             self._topics[topic] = Topic(topic, partitions, configs)
+            self._by_collision_key.setdefault(collision_key(topic), topic)
 
     def _create_stream(self, topic: str, index: int, count: int, configs: dict[str, str]) -> Stream:
         config = dict(configs)
@@ -175,10 +185,18 @@ class Topics:
 
     def create(self, name: str, num_partitions: int, configs: dict[str, str] | None = None,
                *, validate_only: bool = False) -> Topic | None:
-        """Create topic `name`; raises TopicError (exists, bad name, bad count or config)."""
+        """Create topic `name`; raises TopicError (exists, bad name, bad count or config).
+
+        A name that differs from an existing topic's only in '.' versus '_' is refused with
+        INVALID_TOPIC_EXCEPTION, as Kafka does (see `collision_key`).
+        """
         check_topic_name(name)
         if name in self._topics:
             raise TopicError(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists")
+        other = self._by_collision_key.get(collision_key(name))
+        if other is not None:
+            raise TopicError(ErrorCode.INVALID_TOPIC_EXCEPTION,
+                             f"Topic '{name}' collides with existing topics: {other}")
         if not 1 <= num_partitions <= MAX_PARTITIONS:
             raise TopicError(ErrorCode.INVALID_PARTITIONS,
                              f"number of partitions must be 1-{MAX_PARTITIONS}, not {num_partitions}")
@@ -190,6 +208,7 @@ class Topics:
                       for i in range(num_partitions)]
         topic = Topic(name, partitions, configs)
         self._topics[name] = topic
+        self._by_collision_key[collision_key(name)] = name
         log.info("created topic %s with %d partition(s)", name, num_partitions)
         return topic
 
@@ -198,6 +217,13 @@ class Topics:
         topic = self._topics.pop(name, None)
         if topic is None:
             raise TopicError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {name!r}")
+        key = collision_key(name)
+        if self._by_collision_key.get(key) == name:
+            del self._by_collision_key[key]
+            # colliding topics may predate the check; the survivor keeps the key taken
+            survivor = next((t for t in self._topics if collision_key(t) == key), None)
+            if survivor is not None:
+                self._by_collision_key[key] = survivor
         for stream in topic.partitions:
             with contextlib.suppress(StreamNotFound):
                 self._store.delete_stream(stream.name)

@@ -39,7 +39,9 @@ from crossbeat.stream.settings import StreamSettings
 from crossbeat.stream.stream import Stream
 
 RECOVERY_THREADS = 8  # streams recovered in parallel (fsyncs and scans overlap)
-MAX_NAME_LENGTH = 249  # Kafka's topic name limit; names never reach the filesystem anyway
+# The broker names a partition's stream `<topic>-<partition>`: a 249-character Kafka topic
+# name plus '-' and up to 5 digits must fit. Names never reach the filesystem anyway.
+MAX_NAME_LENGTH = 255
 
 
 def validate_name(name: object) -> str:

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.compat.broker.helpers import BrokerProcess
+from tests.compat.broker.helpers import BrokerProcess, produce_all
 
 pytestmark = [pytest.mark.compat, pytest.mark.timeout(120)]
 
@@ -42,3 +42,43 @@ def test_same_topic_twice_in_one_request_is_invalid_and_not_created(admin: Any) 
                      NewTopic("once", 1, 1))
     assert results == [("twice", INVALID_REQUEST, "Duplicate topic name."), ("once", 0, None)]
     assert sorted(admin.list_topics()) == ["once"]
+
+
+def test_topic_names_up_to_249_characters(broker: BrokerProcess) -> None:
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": broker.address})
+    longest = "n" * 249
+    admin.create_topics([NewTopic(longest, 2, 1)])[longest].result(20)
+    delivered = produce_all(broker.address, longest, [(None, b"long")], acks="all")
+    assert len(delivered) == 1
+    with pytest.raises(KafkaException, match="TOPIC_EXCEPTION"):
+        admin.create_topics([NewTopic("n" * 250, 1, 1)])["n" * 250].result(20)
+    assert set(admin.list_topics(timeout=10).topics) == {longest}
+
+
+def test_names_colliding_in_dot_and_underscore_are_refused(broker: BrokerProcess) -> None:
+    from confluent_kafka import KafkaException, Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": broker.address})
+    admin.create_topics([NewTopic("orders.eu", 1, 1)])["orders.eu"].result(20)
+    with pytest.raises(KafkaException, match="collides with existing topics") as refused:
+        admin.create_topics([NewTopic("orders_eu", 1, 1)])["orders_eu"].result(20)
+    assert refused.value.args[0].name() == "TOPIC_EXCEPTION"  # INVALID_TOPIC_EXCEPTION (17)
+    # also across a restart (the table is rebuilt from the store), and when auto-created
+    broker.stop()
+    broker.start()
+    admin = AdminClient({"bootstrap.servers": broker.address})
+    with pytest.raises(KafkaException, match="collides with existing topics"):
+        admin.create_topics([NewTopic("orders_eu", 1, 1)])["orders_eu"].result(20)
+    producer = Producer({"bootstrap.servers": broker.address, "message.timeout.ms": 10000})
+    failures: list[Any] = []
+    producer.produce("orders_eu", b"x", on_delivery=lambda err, _msg: failures.append(err))
+    assert producer.flush(20) == 0
+    assert [e.name() for e in failures] == ["TOPIC_EXCEPTION"]
+    assert set(admin.list_topics(timeout=10).topics) == {"orders.eu"}
+    # once the other is deleted the name is free
+    admin.delete_topics(["orders.eu"])["orders.eu"].result(20)
+    admin.create_topics([NewTopic("orders_eu", 1, 1)])["orders_eu"].result(20)
