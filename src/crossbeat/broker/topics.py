@@ -18,6 +18,7 @@ import re
 from dataclasses import dataclass, field
 
 from crossbeat.broker.errors import ErrorCode
+from crossbeat.broker.topic_configs import numeric_config_error
 from crossbeat.stream import Stream, StreamStore
 from crossbeat.stream.errors import StreamExists, StreamNotFound
 from crossbeat.stream.settings import StreamSettings
@@ -113,12 +114,9 @@ def check_configs(configs: dict[str, str]) -> None:
             raise TopicError(ErrorCode.INVALID_CONFIG, "only cleanup.policy=delete is supported")
         if key == "message.timestamp.type" and value not in ("CreateTime", "LogAppendTime"):
             raise TopicError(ErrorCode.INVALID_CONFIG, f"invalid message.timestamp.type {value!r}")
-        if key in ("retention.ms", "retention.bytes", "segment.bytes", "segment.ms",
-                   "max.message.bytes", "min.insync.replicas"):
-            try:
-                int(value)
-            except ValueError:
-                raise TopicError(ErrorCode.INVALID_CONFIG, f"{key} must be an integer") from None
+        message = numeric_config_error(key, value)
+        if message is not None:
+            raise TopicError(ErrorCode.INVALID_CONFIG, message)
 
 
 class Topics:

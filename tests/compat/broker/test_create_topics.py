@@ -82,3 +82,35 @@ def test_names_colliding_in_dot_and_underscore_are_refused(broker: BrokerProcess
     # once the other is deleted the name is free
     admin.delete_topics(["orders.eu"])["orders.eu"].result(20)
     admin.create_topics([NewTopic("orders_eu", 1, 1)])["orders_eu"].result(20)
+
+
+INVALID_CONFIG = 40
+
+
+@pytest.mark.parametrize(("key", "value", "why"), [
+    ("retention.ms", "-2", "Value must be at least -1"),
+    ("retention.bytes", "-2", "Value must be at least -1"),
+    ("segment.bytes", "14", "Value must be at least 1048576"),  # Kafka 4.0's minimum
+    ("segment.bytes", "1048575", "Value must be at least 1048576"),
+    ("segment.bytes", "3000000000", "Not a number of type INT"),
+    ("segment.ms", "0", "Value must be at least 1"),
+    ("min.insync.replicas", "0", "Value must be at least 1"),
+    ("retention.ms", "a week", "Not a number of type LONG"),
+    ("retention.bytes", "1e9", "Not a number of type LONG"),
+    ("max.message.bytes", "lots", "Not a number of type INT"),
+])
+def test_invalid_topic_config_values(admin: Any, key: str, value: str, why: str) -> None:
+    from kafka.admin import NewTopic
+
+    ((name, code, message),) = create(admin, NewTopic("cfg", 1, 1, topic_configs={key: value}))
+    assert (name, code) == ("cfg", INVALID_CONFIG)
+    assert message == f"Invalid value {value} for configuration {key}: {why}"
+    assert admin.list_topics() == []
+
+
+def test_boundary_topic_config_values_are_accepted(admin: Any) -> None:
+    from kafka.admin import NewTopic
+
+    configs = {"retention.ms": "-1", "retention.bytes": "-1", "segment.bytes": "1048576",
+               "segment.ms": "1", "min.insync.replicas": "1", "max.message.bytes": "0"}
+    assert create(admin, NewTopic("edges", 1, 1, topic_configs=configs)) == [("edges", 0, None)]
