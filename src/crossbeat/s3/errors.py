@@ -31,6 +31,7 @@ CODES: dict[str, tuple[int, str]] = {
     "InvalidPartOrder": (400, "The list of parts was not in ascending order."),
     "InvalidRange": (416, "The requested range is not satisfiable"),
     "InvalidRequest": (400, "Invalid Request"),
+    "BadRequest": (400, "Bad Request"),
     "InvalidStorageClass": (400, "The storage class you specified is not valid"),
     "InvalidTag": (400, "The tag provided was not a valid tag."),
     "KeyTooLongError": (400, "Your key is too long."),

@@ -18,7 +18,6 @@ from crossbeat.s3.errors import S3Error
 from crossbeat.s3.http import Request, Response, xml_response
 from crossbeat.s3.objectmeta import (
     iso_now,
-    parse_tagging_header,
     quoted,
     refuse_object_lock,
     system_headers,
@@ -56,7 +55,7 @@ async def create_upload(gw: Gateway, req: Request, p: Principal, ctx: Any) -> Re
             "contentType": req.headers.get("content-type"),
             "userMetadata": user_metadata(req.headers),
             "systemHeaders": system_headers(req.headers),
-            "tags": parse_tagging_header(req.headers.get("x-amz-tagging")),
+            "tags": xmldoc.parse_tagging_header(req.headers.get("x-amz-tagging")),
             "checksumAlgorithm": algorithm.upper() if algorithm else None,
             "checksumType": (req.headers.get("x-amz-checksum-type") or "").upper() or None,
         },

@@ -5,7 +5,6 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Any
-from urllib.parse import parse_qsl
 
 from crossbeat.s3.errors import S3Error
 
@@ -122,18 +121,6 @@ def system_headers(headers: dict[str, str]) -> dict[str, str]:
         else:
             del out["content-encoding"]
     return out
-
-
-def parse_tagging_header(value: str | None) -> dict[str, str]:
-    if not value:
-        return {}
-    tags = dict(parse_qsl(value, keep_blank_values=True))
-    if len(tags) > 10:
-        raise S3Error("InvalidTag", "Object tags cannot be greater than 10")
-    for k, v in tags.items():
-        if not k or len(k) > 128 or len(v) > 256:
-            raise S3Error("InvalidTag", f"The TagKey/TagValue you have provided is invalid: {k!r}")
-    return tags
 
 
 def quoted(etag: str) -> str:

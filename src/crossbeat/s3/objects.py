@@ -34,7 +34,6 @@ from crossbeat.s3.objectmeta import (
     parse_http_date,
     parse_iso,
     parse_range,
-    parse_tagging_header,
     quoted,
     refuse_object_lock,
     storage_class_header,
@@ -187,7 +186,7 @@ def _write_headers(bucket: Bucket, meta: dict[str, Any]) -> dict[str, str]:
 async def put_object(gw: Gateway, req: Request, p: Principal, ctx: Any) -> Response:
     bucket = await gw.bucket(req.bucket, p)
     refuse_object_lock(req.headers)
-    tags = parse_tagging_header(req.headers.get("x-amz-tagging"))
+    tags = xmldoc.parse_tagging_header(req.headers.get("x-amz-tagging"))
     umeta = user_metadata(req.headers)
     sys_headers = system_headers(req.headers)
     precondition = write_precondition(req.headers)
@@ -472,7 +471,7 @@ async def copy_object(gw: Gateway, req: Request, p: Principal, ctx: Any) -> Resp
         sys_h.pop(STORAGE_CLASS_HEADER, None)
         if (sc := storage_class_header(req.headers)) is not None:
             sys_h[STORAGE_CLASS_HEADER] = sc
-    tags = parse_tagging_header(req.headers.get("x-amz-tagging")) if tag_directive == "REPLACE" else dict(src.get("tags") or {})
+    tags = xmldoc.parse_tagging_header(req.headers.get("x-amz-tagging")) if tag_directive == "REPLACE" else dict(src.get("tags") or {})
     location, md5_hex = await gw.run(copy_data, gw, src, gw.location_for(bucket), 0, int(src["size"]))
     meta = new_meta(
         bucket, req.key, size=location.size, etag=md5_hex, location=[location.to_json()],

@@ -562,7 +562,9 @@ def validate_tags(
     At most `max_tags` (10 for objects, 50 for buckets); keys 1..128 characters, values
     0..256; unique keys; no `aws:` prefix; letters, digits, spaces and `+ - = . _ : / @`."""
     if len(tags) > max_tags:
-        raise S3Error("InvalidTag", f"Object tags cannot be greater than {max_tags}")
+        if max_tags == MAX_OBJECT_TAGS:  # AWS's code and words for an object's tag set
+            raise S3Error("BadRequest", f"Object tags cannot be greater than {max_tags}")
+        raise S3Error("InvalidTag", f"Bucket tag count cannot be greater than {max_tags}")
     result: dict[str, str] = {}
     for key, value in tags:
         if not key or len(key) > MAX_TAG_KEY:
@@ -598,8 +600,11 @@ def parse_tagging(body: bytes | str, *, max_tags: int = MAX_OBJECT_TAGS) -> dict
     return validate_tags(pairs, max_tags=max_tags)
 
 
-def parse_tagging_header(value: str, *, max_tags: int = MAX_OBJECT_TAGS) -> dict[str, str]:
-    """The `x-amz-tagging` header (a URL query string `k1=v1&k2=v2`), validated as above."""
+def parse_tagging_header(value: str | None, *, max_tags: int = MAX_OBJECT_TAGS) -> dict[str, str]:
+    """The `x-amz-tagging` header (a URL query string `k1=v1&k2=v2`), validated as above;
+    no header or an empty one is no tags."""
+    if not value:
+        return {}
     try:
         pairs = parse_qsl(value, keep_blank_values=True, strict_parsing=bool(value))
     except ValueError as exc:

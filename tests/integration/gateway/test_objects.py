@@ -124,7 +124,24 @@ def test_tagging(s3: Any, bucket: str) -> None:
     assert s3.get_object_tagging(Bucket=bucket, Key="t")["TagSet"] == []
     with pytest.raises(botocore.exceptions.ClientError) as exc:
         s3.put_object_tagging(Bucket=bucket, Key="t", Tagging={"TagSet": [{"Key": f"k{i}", "Value": "v"} for i in range(11)]})
-    assert err(exc)[0] in ("InvalidTag", "BadRequest")
+    assert err(exc)[0] == "BadRequest"  # AWS's code (and words) for more than 10
+    assert exc.value.response["Error"]["Message"] == "Object tags cannot be greater than 10"
+    # the x-amz-tagging header of a write is held to the same rules as a Tagging document
+    eleven = "&".join(f"k{i}=v" for i in range(11))
+    for header, code in ((eleven, "BadRequest"), ("a=1&a=2", "InvalidTag"), ("a=%01", "InvalidTag")):
+        with pytest.raises(botocore.exceptions.ClientError) as exc:
+            s3.put_object(Bucket=bucket, Key="header-tags", Body=b"x", Tagging=header)
+        assert err(exc)[0] == code, header
+        with pytest.raises(botocore.exceptions.ClientError) as exc:
+            s3.create_multipart_upload(Bucket=bucket, Key="header-tags", Tagging=header)
+        assert err(exc)[0] == code, header
+    assert [o["Key"] for o in s3.list_objects_v2(Bucket=bucket)["Contents"]] == ["t"]
+    assert not s3.list_multipart_uploads(Bucket=bucket).get("Uploads")
+    # a bucket takes up to 50
+    s3.put_bucket_tagging(Bucket=bucket, Tagging={"TagSet": [{"Key": f"k{i}", "Value": "v"} for i in range(50)]})
+    with pytest.raises(botocore.exceptions.ClientError) as exc:
+        s3.put_bucket_tagging(Bucket=bucket, Tagging={"TagSet": [{"Key": f"k{i}", "Value": "v"} for i in range(51)]})
+    assert err(exc)[0] == "InvalidTag"
 
 
 def test_copy_object(s3: Any, bucket: str) -> None:
