@@ -114,3 +114,32 @@ def test_boundary_topic_config_values_are_accepted(admin: Any) -> None:
     configs = {"retention.ms": "-1", "retention.bytes": "-1", "segment.bytes": "1048576",
                "segment.ms": "1", "min.insync.replicas": "1", "max.message.bytes": "0"}
     assert create(admin, NewTopic("edges", 1, 1, topic_configs=configs)) == [("edges", 0, None)]
+
+
+INVALID_REPLICA_ASSIGNMENT = 39
+
+
+@pytest.mark.parametrize(("assignment", "message"), [
+    ({0: [0], 1: [7]}, "The manual partition assignment includes broker 7, but no such broker "
+                       "is registered."),
+    ({0: [0, 0]}, "The manual partition assignment includes the broker 0 more than once."),
+    ({0: [0], 2: [0]}, "partitions should be a consecutive 0-based integer sequence"),
+    ({1: [0]}, "partitions should be a consecutive 0-based integer sequence"),
+    ({0: []}, "The manual partition assignment includes an empty replica list."),
+])
+def test_invalid_replica_assignment(admin: Any, assignment: dict[int, list[int]],
+                                    message: str) -> None:
+    from kafka.admin import NewTopic
+
+    topic = NewTopic("assigned", replica_assignments=assignment)
+    assert create(admin, topic) == [("assigned", INVALID_REPLICA_ASSIGNMENT, message)]
+    assert admin.list_topics() == []
+
+
+def test_valid_replica_assignment_in_any_order(admin: Any) -> None:
+    from kafka.admin import NewTopic
+
+    topic = NewTopic("assigned", replica_assignments={1: [0], 0: [0], 2: [0]})
+    assert create(admin, topic) == [("assigned", 0, None)]
+    (described,) = admin.describe_topics(["assigned"])
+    assert sorted(p["partition_index"] for p in described["partitions"]) == [0, 1, 2]

@@ -2,7 +2,8 @@
 checked against what the store honours; `validate_only` creates nothing.
 
 A name given more than once in one request is not created: it gets one result,
-INVALID_REQUEST, as in Kafka (whose response has one entry per name)."""
+INVALID_REQUEST, as in Kafka (whose response has one entry per name). A manual replica
+assignment is checked as Kafka's controller does (see `assigned_partitions`)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,43 @@ from crossbeat.broker.handlers.context import Context
 from crossbeat.broker.topics import TopicError
 
 _Result = CreateTopicsResponse.CreatableTopicResult
+
+
+def _bad_assignment(message: str) -> TopicError:
+    return TopicError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, message)
+
+
+def assigned_partitions(assignments: list[Any], brokers: set[int]) -> int:
+    """The partition count a manual replica assignment gives; raises
+    TopicError(INVALID_REPLICA_ASSIGNMENT) with the message Kafka's controller sends for an
+    index given twice, an empty replica list, a broker not in `brokers`, a broker listed
+    twice in one partition, differing replica counts, or indexes that are not 0..n-1."""
+    seen: set[int] = set()
+    replication: int | None = None
+    for a in assignments:
+        if a.partition_index in seen:
+            raise _bad_assignment("Found multiple manual partition assignments for partition "
+                                  f"{a.partition_index}")
+        seen.add(a.partition_index)
+        replicas = sorted(a.broker_ids)
+        if not replicas:
+            raise _bad_assignment("The manual partition assignment includes an empty replica list.")
+        for previous, broker in zip([None, *replicas], replicas, strict=False):
+            if broker not in brokers:
+                raise _bad_assignment(f"The manual partition assignment includes broker {broker}, "
+                                      "but no such broker is registered.")
+            if broker == previous:
+                raise _bad_assignment(f"The manual partition assignment includes the broker "
+                                      f"{broker} more than once.")
+        if replication is not None and len(replicas) != replication:
+            raise _bad_assignment(
+                f"The manual partition assignment includes a partition with {len(replicas)} "
+                "replica(s), but this is not consistent with previous partitions, which have "
+                f"{replication} replica(s).")
+        replication = len(replicas)
+    if seen != set(range(len(seen))):
+        raise _bad_assignment("partitions should be a consecutive 0-based integer sequence")
+    return len(seen)
 
 
 async def handle(ctx: Context, req: Any) -> Any:
@@ -37,12 +75,7 @@ async def handle(ctx: Context, req: Any) -> Any:
                 raise TopicError(ErrorCode.INVALID_REPLICATION_FACTOR,
                                  f"replication factor {t.replication_factor} > 1 broker")
             if t.assignments:
-                for a in t.assignments:
-                    if list(a.broker_ids) != [ctx.broker.node_id]:
-                        raise TopicError(ErrorCode.INVALID_REPLICATION_FACTOR,
-                                         f"replica assignment {list(a.broker_ids)} names "
-                                         f"brokers other than {ctx.broker.node_id}")
-                count = len(t.assignments)
+                count = assigned_partitions(t.assignments, {ctx.broker.node_id})
             else:
                 count = t.num_partitions if t.num_partitions != -1 else ctx.broker.settings.num_partitions
             configs = {c.name: c.value for c in t.configs or [] if c.value is not None}
