@@ -39,10 +39,37 @@ def validate_bucket_name(name: str) -> None:
         raise S3Error("InvalidBucketName", resource=f"/{name}", extra={"BucketName": name})
 
 
+MAX_BUCKETS = 10_000
+
+
 async def list_buckets(gw: Gateway, req: Request, p: Principal) -> Response:
+    """The caller's buckets by name, filtered by `prefix` and `bucket-region`, paged by
+    `max-buckets` (1..10000; all when absent) and `continuation-token`, as on AWS."""
+    q = req.query
+    prefix = q.get("prefix", "")
+    region = q.get("bucket-region")
+    max_buckets = MAX_BUCKETS
+    raw = q.get("max-buckets")
+    if raw is not None:
+        if not raw.isdigit() or not 1 <= int(raw) <= MAX_BUCKETS:
+            raise S3Error("InvalidArgument", f"max-buckets must be an integer from 1 to {MAX_BUCKETS}",
+                          extra={"ArgumentName": "max-buckets", "ArgumentValue": raw})
+        max_buckets = int(raw)
+    token = q.get("continuation-token")
+    after = listing.decode_token(token) if token is not None else None
     all_buckets = await gw.run(gw.store.list_buckets)
-    mine = [b for b in all_buckets if b.owner == p.access_key]
-    return xml_response(xmldoc.list_buckets_xml(mine, p.access_key, p.display_name))
+    mine = sorted(
+        (b for b in all_buckets
+         if b.owner == p.access_key and b.name.startswith(prefix)
+         and (after is None or b.name > after) and region in (None, gw.settings.region)),
+        key=lambda b: b.name,
+    )
+    page = mine[:max_buckets]
+    next_token = listing.encode_token(page[-1].name) if len(mine) > max_buckets else None
+    return xml_response(xmldoc.list_buckets_xml(
+        page, p.access_key, p.display_name, region=gw.settings.region,
+        prefix=q.get("prefix"), continuation_token=next_token,
+    ))
 
 
 async def create_bucket(gw: Gateway, req: Request, p: Principal, ctx: Any) -> Response:

@@ -121,7 +121,9 @@ def decode_token(token: str) -> str:
     """The key a continuation token names; InvalidArgument if it is not one of ours."""
     try:
         padded = token + "=" * (-len(token) % 4)
-        raw = base64.urlsafe_b64decode(padded.replace("+", "-").replace("/", "_"))
+        # validate: a lenient decode skips characters outside the alphabet, so "%%%" would
+        # name the empty key and list from the start
+        raw = base64.b64decode(padded.replace("+", "-").replace("/", "_"), altchars=b"-_", validate=True)
         return raw.decode("utf-8")
     except (binascii.Error, ValueError):
         raise _invalid(

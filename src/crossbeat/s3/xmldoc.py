@@ -242,15 +242,31 @@ def _field(obj: Any, name: str, default: Any = None) -> Any:
     return getattr(obj, name, default)
 
 
-def list_buckets_xml(buckets: Iterable[Any], owner_id: str, owner_name: str) -> bytes:
-    """ListAllMyBucketsResult; buckets are `Bucket` records or dicts with name and created."""
+def list_buckets_xml(
+    buckets: Iterable[Any],
+    owner_id: str,
+    owner_name: str,
+    *,
+    region: str | None = None,
+    prefix: str | None = None,
+    continuation_token: str | None = None,
+) -> bytes:
+    """ListAllMyBucketsResult; buckets are `Bucket` records or dicts with name and created.
+    `continuation_token` is the next page's (only when there is one); `prefix` is echoed."""
     w = XmlWriter("ListAllMyBucketsResult")
     w.owner(owner_id, owner_name)
     w.open("Buckets")
     for bucket in buckets:
         w.open("Bucket").leaf("Name", _field(bucket, "name"))
-        w.leaf("CreationDate", iso8601(_field(bucket, "created"))).close()
+        w.leaf("CreationDate", iso8601(_field(bucket, "created")))
+        if region is not None:
+            w.leaf("BucketRegion", region)
+        w.close()
     w.close()
+    if continuation_token is not None:
+        w.leaf("ContinuationToken", continuation_token)
+    if prefix is not None:
+        w.leaf("Prefix", prefix)
     return bytes(w)
 
 

@@ -138,3 +138,30 @@ def test_notification_configuration(s3: Any) -> None:
     with pytest.raises(botocore.exceptions.ClientError):
         s3.put_bucket_notification_configuration(Bucket="notify-me", NotificationConfiguration=bad)
     assert s3.get_bucket_notification_configuration(Bucket="notify-me")["QueueConfigurations"][0]["Id"] == "q1"
+
+
+def test_list_buckets_pages_and_filters(s3: Any, alice: Any, gateway: Service) -> None:
+    names = [f"lb-page-{i}" for i in range(5)]
+    for name in names:
+        s3.create_bucket(Bucket=name)
+    alice.create_bucket(Bucket="lb-page-alices")
+    seen, token = [], None
+    while True:
+        kwargs = {"Prefix": "lb-page-", "MaxBuckets": 2} | ({"ContinuationToken": token} if token else {})
+        page = s3.list_buckets(**kwargs)
+        assert page["Prefix"] == "lb-page-" and len(page["Buckets"]) <= 2
+        seen += [b["Name"] for b in page["Buckets"]]
+        token = page.get("ContinuationToken")
+        if token is None:
+            break
+    assert seen == names  # in name order, each once, none of another owner's
+    assert {b["BucketRegion"] for b in s3.list_buckets(Prefix="lb-page-")["Buckets"]} == {"us-east-1"}
+    assert not s3.list_buckets(Prefix="lb-page-", BucketRegion="eu-west-1")["Buckets"]
+    assert "ContinuationToken" not in s3.list_buckets(Prefix="lb-page-", MaxBuckets=5)
+    everything = [b["Name"] for b in s3.list_buckets()["Buckets"]]
+    assert set(names) <= set(everything) and "lb-page-alices" not in everything
+    unchecked = s3_client(gateway.url, parameter_validation=False)  # let the server judge
+    for bad in ({"MaxBuckets": 0}, {"MaxBuckets": 10001}, {"ContinuationToken": "%%%"}):
+        with pytest.raises(botocore.exceptions.ClientError) as exc:
+            unchecked.list_buckets(**bad)
+        assert exc.value.response["Error"]["Code"] == "InvalidArgument", bad
