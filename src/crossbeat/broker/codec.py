@@ -74,8 +74,9 @@ class ApiSpec:
     """One API we answer: its schema classes and the version range we advertise.
 
     The ranges stay below each API's first flexible version (KIP-482) except ApiVersions,
-    whose v3/v4 every modern client opens with, and DeleteGroups (v2 is flexible; kafka-python
-    encodes flexible versions as well as the others); see `reference/kafka-broker.md`.
+    whose v3/v4 every modern client opens with, DeleteGroups v2 and ListGroups v3-v4 (v4 has
+    the states filter and each group's state); kafka-python encodes flexible versions as
+    well as the others. See `reference/kafka-broker.md`.
     """
 
     key: int
@@ -105,7 +106,7 @@ APIS: dict[int, ApiSpec] = {
         _spec(13, LeaveGroupRequest, LeaveGroupResponse, 0, 3),
         _spec(14, SyncGroupRequest, SyncGroupResponse, 0, 3),
         _spec(15, DescribeGroupsRequest, DescribeGroupsResponse, 0, 4),
-        _spec(16, ListGroupsRequest, ListGroupsResponse, 0, 2),
+        _spec(16, ListGroupsRequest, ListGroupsResponse, 0, 4),
         _spec(18, ApiVersionsRequest, ApiVersionsResponse, 0, 4),
         _spec(19, CreateTopicsRequest, CreateTopicsResponse, 2, 4),
         _spec(20, DeleteTopicsRequest, DeleteTopicsResponse, 1, 3),

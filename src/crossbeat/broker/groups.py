@@ -235,7 +235,9 @@ class GroupCoordinator:
         group.generation += 1
         if not group.members:
             group.state = GroupState.EMPTY
-            group.protocol_type = group.protocol_name = group.leader_id = None
+            # the protocol type stays, as in Kafka: an emptied consumer group is still one
+            # (ListGroups / DescribeGroups report it; the next member may bring another)
+            group.protocol_name = group.leader_id = None
             log.info("group %s: empty at generation %d", group.group_id, group.generation)
             return
         members = list(group.members.values())

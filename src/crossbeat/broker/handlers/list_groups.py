@@ -1,4 +1,10 @@
-"""ListGroups (16): groups with members or with committed offsets."""
+"""ListGroups (16): groups with members or with committed offsets, with their state (v4+).
+
+A group known only by its committed offsets (after a restart, or one that only committed)
+is listed Empty with protocol type 'consumer': every group that commits through us is a
+consumer group, and a restart loses the protocol type the coordinator held. v4's states
+filter is matched case-insensitively (as Kafka 4's coordinator does); empty means all.
+"""
 
 from __future__ import annotations
 
@@ -6,19 +12,23 @@ from typing import Any
 
 from kafka.protocol.admin import ListGroupsResponse
 
+from crossbeat.broker.groups import GroupState
 from crossbeat.broker.handlers.context import Context
 
 _Listed = ListGroupsResponse.ListedGroup
 
 
 async def handle(ctx: Context, req: Any) -> Any:
-    seen: dict[str, str] = {}
+    seen: dict[str, tuple[str, str]] = {}  # group id -> (protocol type, state)
     for group_id in ctx.broker.offsets.groups():
-        seen[group_id] = "consumer"
+        seen[group_id] = ("consumer", GroupState.EMPTY.value)
     for group_id, group in ctx.broker.groups.groups.items():
         if group.members or group_id in seen:
-            seen[group_id] = group.protocol_type or seen.get(group_id, "consumer")
+            seen[group_id] = (group.protocol_type or "consumer", group.state.value)
+    wanted = {s.lower() for s in req.states_filter} if ctx.version >= 4 else set()
     return ListGroupsResponse(
         throttle_time_ms=0, error_code=0,
-        groups=[_Listed(group_id=g, protocol_type=t) for g, t in sorted(seen.items())],
+        groups=[_Listed(group_id=g, protocol_type=t, group_state=state)
+                for g, (t, state) in sorted(seen.items())
+                if not wanted or state.lower() in wanted],
     )
