@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
 
 from crossbeat.metadata.errors import NoSuchUpload
 from crossbeat.metadata.ids import new_upload_id
@@ -220,7 +221,10 @@ async def complete_upload(gw: Gateway, req: Request, p: Principal, ctx: Any) -> 
     headers = {}
     if bucket.versioning:
         headers["x-amz-version-id"] = meta["versionId"]
-    location_url = f"/{req.bucket}/{req.key}"
+    # absolute, as AWS answers: the object's URL at the address the client used
+    location_url = f"/{req.bucket}/{quote(req.key, safe='/~')}"
+    if host := req.headers.get("host"):
+        location_url = f"{req.scope.get('scheme') or 'http'}://{host}{location_url}"
     cs: dict[str, str] = {}
     kind: str | None = None
     if meta.get("checksum") and algorithm:

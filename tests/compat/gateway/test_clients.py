@@ -60,6 +60,12 @@ def test_boto3_over_https_with_aws_chunked_bodies(tls_gateway: tuple[Service, Pa
     assert hashlib.sha256(s3.get_object(Bucket="tls", Key="mpu")["Body"].read()).digest() == hashlib.sha256(data).digest()
     s3.upload_fileobj(io.BytesIO(b"x" * 1000), "tls", "small")
     assert s3.get_object(Bucket="tls", Key="small")["Body"].read() == b"x" * 1000
+    # CompleteMultipartUpload's Location is the object's absolute URL, scheme included
+    uid = s3.create_multipart_upload(Bucket="tls", Key="a b/c")["UploadId"]
+    etag = s3.upload_part(Bucket="tls", Key="a b/c", UploadId=uid, PartNumber=1, Body=b"p")["ETag"]
+    done = s3.complete_multipart_upload(Bucket="tls", Key="a b/c", UploadId=uid,
+                                        MultipartUpload={"Parts": [{"PartNumber": 1, "ETag": etag}]})
+    assert done["Location"] == f"{svc.url}/tls/a%20b/c"
 
 
 def test_presigned_urls_v2_and_v4(gateway: Service) -> None:

@@ -47,6 +47,7 @@ def test_manual_multipart_list_abort_and_errors(s3: Any, bucket: str) -> None:
     done = s3.complete_multipart_upload(Bucket=bucket, Key="manual", UploadId=uid, MultipartUpload={
         "Parts": [{"PartNumber": 1, "ETag": p1["ETag"]}, {"PartNumber": 2, "ETag": p2["ETag"]}]})
     assert done["ETag"].endswith('-2"')
+    assert done["Location"] == f"{s3.meta.endpoint_url}/{bucket}/manual"
     g = s3.get_object(Bucket=bucket, Key="manual")
     assert g["Metadata"] == {"x": "y"} and g["ContentType"] == "a/b"
     assert g["Body"].read() == b"a" * (5 * MiB) + b"b" * 10
