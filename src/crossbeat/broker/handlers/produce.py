@@ -4,8 +4,10 @@ sequences, append, and answer once durable.
 Acknowledgement: with acks=1 or acks=all (-1) the response is sent only after the stream
 store's `append(durable=True)` returned, i.e. the batch and everything before it in its
 partition is fsynced (concurrent appends share fsyncs: group commit). On this single node
-1 and all mean the same. acks=0 gets no response at all; its batches become durable in the
-next group-commit round.
+1 and all mean the same, except that acks=all to a topic whose `min.insync.replicas` exceeds
+our in-sync replica count (1) is refused with NOT_ENOUGH_REPLICAS and nothing written, as
+Kafka checks before appending. acks=0 gets no response at all; its batches become durable
+in the next group-commit round.
 
 A batch that fails validation (not exactly one RecordBatch v2, bad lengths, bad CRC-32C,
 record count vs offset delta) is answered CORRUPT_MESSAGE for its partition and nothing of
@@ -45,6 +47,13 @@ def _fail(code: int, message: str | None = None) -> Outcome:
     return (code, -1, -1, -1, message)
 
 
+def _min_insync_replicas(configs: dict[str, str]) -> int:
+    try:
+        return int(configs.get("min.insync.replicas", "1"))
+    except ValueError:  # a value stored before CreateTopics checked it: Kafka's default
+        return 1
+
+
 def _set_log_append_time(buf: bytearray, now_ms: int) -> None:
     """Mark the batch LogAppendTime with maxTimestamp = now and recompute its CRC."""
     (attributes,) = struct.unpack_from(">h", buf, 21)
@@ -63,6 +72,12 @@ async def produce_one(ctx: Context, topic_name: str, index: int, records: Any,
     stream = topic.partitions[index]
     if records is None:
         return _fail(ErrorCode.CORRUPT_MESSAGE, "no records")
+    min_isr = _min_insync_replicas(topic.configs)
+    isr = {broker.node_id}  # a single node: every partition's only replica is ours
+    if acks == -1 and min_isr > len(isr):
+        return _fail(ErrorCode.NOT_ENOUGH_REPLICAS,
+                     f"The size of the current ISR {isr} is insufficient to satisfy the "
+                     f"min.isr requirement of {min_isr} for partition {topic_name}-{index}")
     try:
         header = validate_batch(records)
     except CorruptBatch as exc:
