@@ -182,8 +182,8 @@ def groups_while_the_store_is_held(
     more (each handed to the sync thread in a loop iteration of its own), release the
     writer; return how many groups the batcher committed. The PUTs count as requests in
     flight, as the gateway's request handler counts them. `one_by_one`: each PUT only once
-    the sync thread has taken the one before. `files_first`: wait until every object's
-    files are written before releasing the writer."""
+    the one before was handed to the store in a round of its own. `files_first`: wait
+    until every object's files are written before releasing the writer."""
     entered, release = threading.Event(), threading.Event()
 
     def hold(_txn: Any) -> None:
@@ -204,9 +204,13 @@ def groups_while_the_store_is_held(
             puts.append(asyncio.ensure_future(gw.put_batcher.put(staged, checksums(), "b", build_for(f"k{i}"))))
             await asyncio.sleep(0)  # a loop iteration each: one hand-over each
             if one_by_one:
+                # Handed to the store, not merely taken off the queue: taken, it may still
+                # be staging its files when the next PUT arrives, and then joins its round
+                # (that happened when the filesystem was slow after other tests' deletes).
+                # Rounds that wait for the previous commit never get here: the wait fails.
                 await wait_until(
-                    lambda: not gw.put_batcher._staged and gw.put_batcher._sync_queue.empty(),
-                    "the sync thread to take the PUT",
+                    lambda i=i: gw.put_batcher._in_store == i + 2,
+                    "the sync thread to hand the PUT to the store in a round of its own",
                 )
         await wait_until(lambda: not gw.put_batcher._staged, "the last hand-over")
         if files_first:
