@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from crossbeat.metadata import Bucket
 from crossbeat.metadata.errors import BucketExists, BucketNotEmpty, NoSuchBucket
-from crossbeat.s3 import listing, notification_config, replication_config, xmldoc
+from crossbeat.s3 import acl, listing, notification_config, replication_config, xmldoc
 from crossbeat.s3.auth import Principal
 from crossbeat.s3.datapath import read_document
 from crossbeat.s3.errors import S3Error
@@ -77,6 +77,11 @@ async def create_bucket(gw: Gateway, req: Request, p: Principal, ctx: Any) -> Re
     body = await read_document(req, ctx)
     constraint = xmldoc.parse_create_bucket(body) if body.strip() else None
     location = gw.location_name(constraint)
+    acl.refuse_acl_headers(req.headers, creating_bucket=True)
+    ownership = req.headers.get("x-amz-object-ownership")
+    if ownership is not None and ownership.strip() != acl.ENFORCED:
+        raise S3Error("NotImplemented", f"Only {acl.ENFORCED} object ownership is supported: "
+                      "crossbeat has no ACLs; the bucket was not created.")
     if req.headers.get("x-amz-bucket-object-lock-enabled", "").lower() == "true":
         # a bucket without the protection asked for would be worse than none
         raise S3Error("NotImplemented", "Object Lock is not implemented by crossbeat; the bucket was not created.")
@@ -167,12 +172,17 @@ async def put_tagging(gw: Gateway, req: Request, p: Principal, ctx: Any) -> Resp
 
 
 async def put_acl(gw: Gateway, req: Request, p: Principal, ctx: Any) -> Response:
-    # ACLs are not modelled: ownership decides access. Accept private (the default) only.
+    """PutBucketAcl: only an ACL that grants the owner alone (see s3/acl.py); a no-op."""
+    bucket = await gw.bucket(req.bucket, p, fresh=True)
+    acl.refuse_acl_headers(req.headers)
+    acl.refuse_acl_document(await read_document(req, ctx), bucket.owner)
+    return Response()
+
+
+async def put_ownership_controls(gw: Gateway, req: Request, p: Principal, ctx: Any) -> Response:
+    """PutBucketOwnershipControls: BucketOwnerEnforced, what every bucket has, is a no-op."""
     await gw.bucket(req.bucket, p, fresh=True)
-    await read_document(req, ctx)
-    acl = req.headers.get("x-amz-acl", "private")
-    if acl != "private":
-        raise S3Error("NotImplemented", f"canned ACL {acl!r} is not supported; buckets are private")
+    acl.check_ownership_controls(await read_document(req, ctx))
     return Response()
 
 
@@ -194,7 +204,6 @@ NOT_CONFIGURED = {
     "cors": ("NoSuchCORSConfiguration", "The CORS configuration does not exist"),
     "encryption": ("ServerSideEncryptionConfigurationNotFoundError", "The server side encryption configuration was not found"),
     "website": ("NoSuchWebsiteConfiguration", "The specified bucket does not have a website configuration"),
-    "ownershipControls": ("OwnershipControlsNotFoundError", "The bucket ownership controls were not found"),
     "publicAccessBlock": ("NoSuchPublicAccessBlockConfiguration", "The public access block configuration was not found"),
 }
 
@@ -221,6 +230,8 @@ async def get_sub(gw: Gateway, req: Request, p: Principal, sub: str) -> Response
         return xml_response(xmldoc.tagging_xml(tags))
     if sub == "acl":
         return xml_response(acl_xml(p.access_key, p.display_name))
+    if sub == "ownershipControls":
+        return xml_response(xmldoc.ownership_controls_xml(acl.ENFORCED))
     if sub == "logging":
         return xml_response(f'<?xml version="1.0" encoding="UTF-8"?><BucketLoggingStatus xmlns="{XMLNS}"/>'.encode())
     if sub == "requestPayment":

@@ -12,7 +12,7 @@ from urllib.parse import quote
 
 from crossbeat.metadata.errors import NoSuchUpload
 from crossbeat.metadata.ids import new_upload_id
-from crossbeat.s3 import checksums, listing, xmldoc
+from crossbeat.s3 import acl, checksums, listing, xmldoc
 from crossbeat.s3.auth import Principal
 from crossbeat.s3.datapath import read_document, write_body
 from crossbeat.s3.errors import S3Error
@@ -41,6 +41,7 @@ MAX_PARTS = 10_000
 async def create_upload(gw: Gateway, req: Request, p: Principal, ctx: Any) -> Response:
     await gw.bucket(req.bucket, p)
     refuse_object_lock(req.headers)
+    acl.refuse_acl_headers(req.headers)
     await read_document(req, ctx)
     algorithm = req.headers.get("x-amz-checksum-algorithm")
     if algorithm and algorithm.upper() not in checksums.ALGORITHMS:

@@ -12,7 +12,7 @@ from crossbeat.metadata import Bucket
 from crossbeat.metadata.errors import RevisionMismatch
 from crossbeat.metadata.ids import new_version_id
 from crossbeat.repositories import Location, Repository
-from crossbeat.s3 import xmldoc
+from crossbeat.s3 import acl, xmldoc
 from crossbeat.s3.auth import Principal
 from crossbeat.s3.buckets import acl_xml
 from crossbeat.s3.datapath import (
@@ -186,6 +186,7 @@ def _write_headers(bucket: Bucket, meta: dict[str, Any]) -> dict[str, str]:
 async def put_object(gw: Gateway, req: Request, p: Principal, ctx: Any) -> Response:
     bucket = await gw.bucket(req.bucket, p)
     refuse_object_lock(req.headers)
+    acl.refuse_acl_headers(req.headers)
     tags = xmldoc.parse_tagging_header(req.headers.get("x-amz-tagging"))
     umeta = user_metadata(req.headers)
     sys_headers = system_headers(req.headers)
@@ -450,6 +451,7 @@ def copy_data(
 async def copy_object(gw: Gateway, req: Request, p: Principal, ctx: Any) -> Response:
     bucket = await gw.bucket(req.bucket, p, fresh=True)
     refuse_object_lock(req.headers)
+    acl.refuse_acl_headers(req.headers)
     src, src_version = await copy_source(gw, req, p)
     await read_document(req, ctx)
     directive = req.headers.get("x-amz-metadata-directive", "COPY").upper()
@@ -525,11 +527,11 @@ async def delete_tagging(gw: Gateway, req: Request, p: Principal) -> Response:
 
 
 async def put_acl(gw: Gateway, req: Request, p: Principal, ctx: Any) -> Response:
-    await gw.bucket(req.bucket, p)
+    """PutObjectAcl: only an ACL that grants the owner alone (see s3/acl.py); a no-op."""
+    bucket = await gw.bucket(req.bucket, p)
     await lookup(gw, req.bucket, req.key, req.query.get("versionId"))
-    await read_document(req, ctx)
-    if req.headers.get("x-amz-acl", "private") != "private":
-        raise S3Error("NotImplemented", "Only the private canned ACL is supported")
+    acl.refuse_acl_headers(req.headers)
+    acl.refuse_acl_document(await read_document(req, ctx), bucket.owner)
     return Response()
 
 

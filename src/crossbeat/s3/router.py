@@ -34,10 +34,11 @@ _BUCKET_GET = ("versioning", "replication", "notification", "location", "tagging
 # Bucket configurations crossbeat never stores (GET answers "not configured"): deleting one
 # is a no-op, as AWS's DELETE of an absent configuration is.
 _BUCKET_DELETE_ABSENT = ("policy", "lifecycle", "cors", "encryption", "website",
-                         "ownershipControls", "publicAccessBlock")
+                         "publicAccessBlock")
 # What each (target, method) serves; anything else in SUBRESOURCES is NotImplemented.
 _SERVED = {
-    ("bucket", "PUT"): frozenset({"versioning", "replication", "notification", "tagging", "acl"}),
+    ("bucket", "PUT"): frozenset({"versioning", "replication", "notification", "tagging", "acl",
+                                  "ownershipControls"}),
     ("bucket", "GET"): frozenset({*_BUCKET_GET, "versions", "uploads"}),
     ("bucket", "DELETE"): frozenset({"replication", "tagging", "notification", *_BUCKET_DELETE_ABSENT}),
     ("bucket", "POST"): frozenset({"delete"}),
@@ -84,6 +85,8 @@ async def _bucket(gw: Gateway, req: Request, p: Principal, ctx: Any, m: str, q: 
         for sub in ("versioning", "replication", "notification", "tagging", "acl"):
             if sub in q:
                 return await getattr(buckets, f"put_{sub}")(gw, req, p, ctx)
+        if "ownershipControls" in q:
+            return await buckets.put_ownership_controls(gw, req, p, ctx)
         return await buckets.create_bucket(gw, req, p, ctx)
     if m in ("GET", "HEAD") and m == "HEAD":
         return await buckets.head_bucket(gw, req, p)

@@ -221,6 +221,40 @@ def child_text(element: ET.Element, name: str) -> str | None:
 
 
 # --------------------------------------------------------------------------------------------
+# access control
+
+
+def parse_acl_grants(body: bytes | str) -> list[tuple[str | None, str]]:
+    """(grantee canonical ID, or None for a group or e-mail grantee; permission) of each
+    Grant in an AccessControlPolicy; MalformedXML if it is not one."""
+    root = _root(body, "AccessControlPolicy")
+    grants: list[tuple[str | None, str]] = []
+    for grant in root.iter("Grant"):
+        grantee = grant.find("Grantee")
+        grantee_id = child_text(grantee, "ID") if grantee is not None else None
+        permission = (child_text(grant, "Permission") or "").strip()
+        if grantee is None or not permission:
+            raise S3Error("MalformedXML", "Each Grant needs a Grantee and a Permission.")
+        grants.append((grantee_id.strip() if grantee_id else None, permission))
+    return grants
+
+
+def parse_ownership_controls(body: bytes | str) -> str:
+    """The ObjectOwnership of an OwnershipControls document (one Rule)."""
+    root = _root(body, "OwnershipControls")
+    rules = root.findall("Rule")
+    ownership = child_text(rules[0], "ObjectOwnership") if len(rules) == 1 else None
+    if not ownership or not ownership.strip():
+        raise S3Error("MalformedXML", "OwnershipControls needs exactly one Rule with an ObjectOwnership.")
+    return ownership.strip()
+
+
+def ownership_controls_xml(ownership: str) -> bytes:
+    w = XmlWriter("OwnershipControls").open("Rule").leaf("ObjectOwnership", ownership)
+    return bytes(w)
+
+
+# --------------------------------------------------------------------------------------------
 # errors, buckets
 
 

@@ -85,7 +85,6 @@ def test_an_unimplemented_bucket_api_is_501_and_changes_nothing(s3: Any, bucket:
         ("delete_bucket_policy", "get_bucket_policy"),
         ("delete_bucket_encryption", "get_bucket_encryption"),
         ("delete_bucket_website", "get_bucket_website"),
-        ("delete_bucket_ownership_controls", "get_bucket_ownership_controls"),
         ("delete_public_access_block", "get_public_access_block"),
     ],
 )
