@@ -20,6 +20,7 @@ from crossbeat.s3.http import Request, Response, xml_response
 from crossbeat.s3.objectmeta import (
     iso_now,
     quoted,
+    refuse_encryption,
     refuse_object_lock,
     system_headers,
     user_metadata,
@@ -41,6 +42,7 @@ MAX_PARTS = 10_000
 async def create_upload(gw: Gateway, req: Request, p: Principal, ctx: Any) -> Response:
     await gw.bucket(req.bucket, p)
     refuse_object_lock(req.headers)
+    refuse_encryption(req.headers)
     acl.refuse_acl_headers(req.headers)
     await read_document(req, ctx)
     algorithm = req.headers.get("x-amz-checksum-algorithm")
@@ -98,6 +100,7 @@ async def _store_part(gw: Gateway, upload_id: str, part: dict[str, Any]) -> None
 
 async def upload_part(gw: Gateway, req: Request, p: Principal, ctx: Any) -> Response:
     bucket = await gw.bucket(req.bucket, p)
+    refuse_encryption(req.headers)
     number = _part_number(req)
     upload = await _upload(gw, req)
     written, _ = await write_body(gw, req, ctx, gw.location_for(bucket))
@@ -134,6 +137,7 @@ def parse_copy_source_range(value: str, size: int) -> tuple[int, int]:
 
 async def upload_part_copy(gw: Gateway, req: Request, p: Principal, ctx: Any) -> Response:
     bucket = await gw.bucket(req.bucket, p)
+    refuse_encryption(req.headers)
     number = _part_number(req)
     upload = await _upload(gw, req)
     src, src_version = await copy_source(gw, req, p)

@@ -105,6 +105,28 @@ def storage_class(meta: dict[str, Any]) -> str:
     return (meta.get("systemHeaders") or {}).get(STORAGE_CLASS_HEADER) or "STANDARD"
 
 
+_SSE_PREFIXES = ("x-amz-server-side-encryption", "x-amz-copy-source-server-side-encryption")
+_SSE_C_PREFIXES = ("x-amz-server-side-encryption-customer-",)
+
+
+def refuse_encryption(headers: dict[str, str]) -> None:
+    """NotImplemented if a write asks for server-side encryption (SSE-S3, SSE-KMS, SSE-C).
+    crossbeat stores data unencrypted: storing it anyway would break the writer's
+    expectation, and for SSE-C would serve the object to readers without the key."""
+    for name in headers:
+        if name.startswith(_SSE_PREFIXES):
+            raise S3Error("NotImplemented", "Server-side encryption is not implemented by "
+                          "crossbeat; nothing was stored.", extra={"Header": name})
+
+
+def refuse_customer_key(headers: dict[str, str]) -> None:
+    """A read naming an SSE-C key: no object here is encrypted with one (AWS's answer for
+    an object stored without SSE-C)."""
+    for name in headers:
+        if name.startswith(_SSE_C_PREFIXES):
+            raise S3Error("InvalidRequest", "The encryption parameters are not applicable to this object.")
+
+
 def system_headers(headers: dict[str, str]) -> dict[str, str]:
     """The headers stored with a new object and returned on GET/HEAD (storage class
     validated); raises InvalidStorageClass."""

@@ -35,6 +35,8 @@ from crossbeat.s3.objectmeta import (
     parse_iso,
     parse_range,
     quoted,
+    refuse_customer_key,
+    refuse_encryption,
     refuse_object_lock,
     storage_class_header,
     system_headers,
@@ -186,6 +188,7 @@ def _write_headers(bucket: Bucket, meta: dict[str, Any]) -> dict[str, str]:
 async def put_object(gw: Gateway, req: Request, p: Principal, ctx: Any) -> Response:
     bucket = await gw.bucket(req.bucket, p)
     refuse_object_lock(req.headers)
+    refuse_encryption(req.headers)
     acl.refuse_acl_headers(req.headers)
     tags = xmldoc.parse_tagging_header(req.headers.get("x-amz-tagging"))
     umeta = user_metadata(req.headers)
@@ -250,6 +253,7 @@ def _prepare_get(
 ) -> tuple[int, dict[str, str], dict[str, Any], int, int, bytes | None]:
     """Everything GET/HEAD needs in one call: the version, preconditions, range, headers,
     and the bytes themselves when the range is at most `read_limit` long."""
+    refuse_customer_key(req.headers)
     meta = lookup_sync(gw, req.bucket, req.key, req.query.get("versionId"))
     versioned = meta["versionId"] != "null"
     if not versioned:
@@ -451,6 +455,7 @@ def copy_data(
 async def copy_object(gw: Gateway, req: Request, p: Principal, ctx: Any) -> Response:
     bucket = await gw.bucket(req.bucket, p, fresh=True)
     refuse_object_lock(req.headers)
+    refuse_encryption(req.headers)
     acl.refuse_acl_headers(req.headers)
     src, src_version = await copy_source(gw, req, p)
     await read_document(req, ctx)

@@ -133,3 +133,45 @@ def test_a_write_asking_for_object_lock_is_refused(s3: Any, bucket: str, call: A
     assert "Object Lock" in exc.value.response["Error"]["Message"]
     _unchanged(s3, bucket, "k", b"payload", etag)
     assert not s3.list_multipart_uploads(Bucket=bucket).get("Uploads")
+
+
+_SSE_C = {"SSECustomerAlgorithm": "AES256", "SSECustomerKey": "k" * 32}
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda s3, b: s3.put_object(Bucket=b, Key="new", Body=b"x", ServerSideEncryption="AES256"),
+        lambda s3, b: s3.put_object(Bucket=b, Key="new", Body=b"x", ServerSideEncryption="aws:kms",
+                                    SSEKMSKeyId="alias/mine"),
+        lambda s3, b: s3.put_object(Bucket=b, Key="new", Body=b"x", **_SSE_C),
+        lambda s3, b: s3.copy_object(Bucket=b, Key="new", CopySource={"Bucket": b, "Key": "k"},
+                                     ServerSideEncryption="AES256"),
+        lambda s3, b: s3.create_multipart_upload(Bucket=b, Key="new", ServerSideEncryption="AES256"),
+    ],
+    ids=["sse-s3", "sse-kms", "sse-c", "copy", "create-multipart"],
+)
+def test_a_write_asking_for_encryption_is_refused(s3: Any, bucket: str, call: Any) -> None:
+    """crossbeat stores data unencrypted: a write that asks otherwise is not stored."""
+    etag = s3.put_object(Bucket=bucket, Key="k", Body=b"payload")["ETag"]
+    with pytest.raises(ClientError) as exc:
+        call(s3, bucket)
+    assert _code(exc) == (501, "NotImplemented")
+    _unchanged(s3, bucket, "k", b"payload", etag)
+    assert not s3.list_multipart_uploads(Bucket=bucket).get("Uploads")
+
+
+def test_a_part_asking_for_encryption_is_refused(s3: Any, bucket: str) -> None:
+    uid = s3.create_multipart_upload(Bucket=bucket, Key="mp")["UploadId"]
+    with pytest.raises(ClientError) as exc:
+        s3.upload_part(Bucket=bucket, Key="mp", UploadId=uid, PartNumber=1, Body=b"p", **_SSE_C)
+    assert _code(exc) == (501, "NotImplemented")
+    assert not s3.list_parts(Bucket=bucket, Key="mp", UploadId=uid).get("Parts")
+
+
+def test_a_read_with_a_customer_key_is_refused(s3: Any, bucket: str) -> None:
+    s3.put_object(Bucket=bucket, Key="k", Body=b"payload")
+    for call in (s3.get_object, s3.head_object):
+        with pytest.raises(ClientError) as exc:
+            call(Bucket=bucket, Key="k", **_SSE_C)
+        assert _code(exc)[0] == 400
