@@ -485,9 +485,13 @@ def _verify_v2(
     )
     given = signature.strip().encode("ascii", "replace")
     # clients differ in how they escape the path they sign: accept the raw form and the
-    # canonical (decode once, re-encode) form
+    # canonical (decode once, re-encode) form. A bucket's resource is `/bucket/` by AWS's
+    # definition (botocore signs that for /bucket), so both spellings name a bucket.
     raw = raw_path.decode("latin-1")
-    for path in dict.fromkeys((raw, canonical_uri(raw_path))):
+    paths = [raw, canonical_uri(raw_path)]
+    if raw.count("/") == 1 and len(raw) > 1:
+        paths += [path + "/" for path in paths]
+    for path in dict.fromkeys(paths):
         resource = path + ("?" + sub if sub else "")
         string_to_sign = f"{head}\n{amz}{resource}"
         mac = hmac.new(
