@@ -107,11 +107,14 @@ def authenticate(
     lookup: Lookup,
     now: datetime | None = None,
     header_map: dict[str, list[str]] | None = None,
+    v2_path: bytes | None = None,
 ) -> AuthContext:
     """Authenticate one request (ASGI `raw_path`, `query_string`, `headers`).
 
     `header_map` (lower-cased name → values in arrival order, latin-1 decoded), when the
-    caller already has it, saves decoding `headers` again.
+    caller already has it, saves decoding `headers` again. `v2_path` is the path SigV2 signs
+    when it is not `raw_path`: `/bucket/key` for a virtual-hosted request, whose bucket is
+    in the Host header (SigV4 signs the path as sent).
 
     Raises `S3Error`: AccessDenied, SignatureDoesNotMatch, InvalidAccessKeyId,
     RequestTimeTooSkewed, AuthorizationHeaderMalformed, AuthorizationQueryParametersError,
@@ -138,12 +141,12 @@ def authenticate(
         if authorization.startswith(ALGORITHM_V4A):
             raise S3Error("NotImplemented", "SigV4a (AWS4-ECDSA-P256-SHA256) is not supported.")
         if authorization.startswith("AWS "):
-            return _v2_header(method, raw_path, query, hdrs, authorization, lookup, now)
+            return _v2_header(method, v2_path or raw_path, query, hdrs, authorization, lookup, now)
         raise S3Error("AuthorizationHeaderMalformed", "Unsupported Authorization type.")
     if has_v4_query:
         return _v4_query(method, raw_path, query, hdrs, lookup, now)
     if has_v2_query:
-        return _v2_query(method, raw_path, query, hdrs, lookup, now)
+        return _v2_query(method, v2_path or raw_path, query, hdrs, lookup, now)
     mode, sha = _payload_mode(_one(hdrs, "x-amz-content-sha256"), default="none")
     return AuthContext(None, mode, sha, None, None, None, None)
 

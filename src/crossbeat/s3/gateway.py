@@ -224,7 +224,7 @@ class Gateway:
             self.requests_in_flight -= 1
 
     async def _handle(self, scope: Scope, receive: Receive, send: Send) -> None:
-        req = Request.from_scope(scope, receive)
+        req = Request.from_scope(scope, receive, self.settings.virtual_host_domains)
         head_only = req.method == "HEAD"
         try:
             principal, ctx = self.authenticate(req)
@@ -254,6 +254,8 @@ class Gateway:
         ctx = authenticate(
             req.method, req.raw_path, req.query_string, req.raw_headers, self.principals.get,
             header_map=req.header_map,
+            v2_path=b"/" + req.bucket.encode("utf-8", "surrogateescape") + req.raw_path
+            if req.virtual_host else None,
         )
         if ctx.principal is None:
             raise S3Error("AccessDenied", "Anonymous access is not allowed.")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 import os
 import secrets
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, MutableMapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote
@@ -50,6 +50,16 @@ def parse_query(query_string: bytes) -> dict[str, str]:
     return out
 
 
+def virtual_host_bucket(host: str, domains: Sequence[str]) -> str | None:
+    """The bucket of a virtual-hosted request's Host (`{bucket}.{domain}[:port]`), or None."""
+    name = host.rpartition(":")[0] if host.rpartition(":")[2].isdigit() else host
+    name = name.lower().rstrip(".")
+    for domain in domains:
+        if name.endswith("." + domain) and len(name) > len(domain) + 1:
+            return name[: -len(domain) - 1]
+    return None
+
+
 @dataclass
 class Request:
     """One S3 request: method, decoded path parts, query, lower-cased headers."""
@@ -68,6 +78,7 @@ class Request:
     # every value of each (lower-cased) header, in arrival order: what SigV4 signs
     header_map: dict[str, list[str]] = field(default_factory=dict)
     body_done: bool = False
+    virtual_host: bool = False  # the bucket came from the Host header
 
     @property
     def has_body(self) -> bool:
@@ -90,7 +101,10 @@ class Request:
         return True
 
     @classmethod
-    def from_scope(cls, scope: Scope, receive: Receive) -> Request:
+    def from_scope(cls, scope: Scope, receive: Receive, domains: Sequence[str] = ()) -> Request:
+        """The request `scope` describes. Path-style (`/bucket/key`) unless the Host header
+        is `{bucket}.{domain}` for one of `domains`: then virtual-hosted (the path is the key).
+        """
         raw_headers = list(scope.get("headers") or [])
         header_map: dict[str, list[str]] = {}
         for k, v in raw_headers:
@@ -118,6 +132,9 @@ class Request:
         path = unquote(path_only.decode("latin-1"), encoding="utf-8", errors="surrogateescape")
         if path.startswith("/"):
             path = path[1:]
+        if domains and (bucket := virtual_host_bucket(headers.get("host", ""), domains)):
+            req.bucket, req.key, req.virtual_host = bucket, path, True
+            return req
         bucket, _, key = path.partition("/")
         req.bucket = bucket
         req.key = key

@@ -44,6 +44,10 @@ class GatewaySettings(BaseSettings):
     secret_key: SecretStr | None = None
     users: list[UserSettings] = Field(default_factory=list)
     region: str = "us-east-1"
+    # Host names under which requests are virtual-hosted: `{bucket}.{domain}` names the
+    # bucket (as on AWS). Any other Host is path-style (`/bucket/key`). Without this, a
+    # client configured for virtual-hosted style would have `PUT /key` read as CreateBucket.
+    virtual_host_domains: list[str] = Field(default_factory=lambda: ["localhost"])
     site: str = "a"
     repositories: dict[str, dict[str, Any]] = Field(default_factory=dict)
     default_location: str = "default"
@@ -89,3 +93,11 @@ class GatewaySettings(BaseSettings):
     def _host_and_port(cls, value: str) -> str:
         parse_listen(value)
         return value
+
+    @field_validator("virtual_host_domains")
+    @classmethod
+    def _domain_names(cls, value: list[str]) -> list[str]:
+        domains = [d.strip().strip(".").lower() for d in value]
+        if not all(domains):
+            raise ValueError("virtual_host_domains must not contain an empty name")
+        return domains
