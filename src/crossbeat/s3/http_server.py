@@ -40,9 +40,38 @@ ASGIApp = Callable[[Scope, Callable[[], Any], Callable[[Message], Any]], Any]
 
 HIGH_WATER = 256 * 1024  # unread body bytes per request before reading pauses
 KEEP_ALIVE_S = 75.0
+# A request line and headers larger than this are refused (AWS allows about 8 KiB of
+# headers; this leaves room for long keys and presigned query strings). Without a bound a
+# client could grow a worker's memory without limit before authentication.
+MAX_HEAD_BYTES = 64 * 1024
+# A request body that makes no progress for this long is answered RequestTimeout and its
+# connection closed, as AWS does after about 20 s: otherwise it holds its request forever.
+BODY_IDLE_S = 20.0
 _REASONS = {s.value: s.phrase.encode() for s in http.HTTPStatus}
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 _BAD_REQUEST = b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+
+
+def _s3_error(code: str, message: str) -> bytes:
+    """A complete 400 response with an S3 error document, closing the connection."""
+    body = (f'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>{code}</Code>'
+            f"<Message>{message}</Message></Error>").encode()
+    return (b"HTTP/1.1 400 Bad Request\r\ncontent-type: application/xml\r\n"
+            b"content-length: %d\r\nconnection: close\r\n\r\n%s" % (len(body), body))
+
+
+_HEAD_TOO_LARGE = _s3_error(
+    "RequestHeaderSectionTooLarge",
+    f"Your request header section exceeds the maximum allowed size ({MAX_HEAD_BYTES} bytes).",
+)
+_REQUEST_TIMEOUT = _s3_error(
+    "RequestTimeout",
+    "Your socket connection to the server was not read from or written to within the "
+    "timeout period. Idle connections will be closed.",
+)
+_INCOMPLETE_BODY = _s3_error(
+    "IncompleteBody", "You did not provide the number of bytes specified by the Content-Length HTTP header."
+)
 _ERROR_500 = (
     b"HTTP/1.1 500 Internal Server Error\r\ncontent-type: text/plain\r\n"
     b"content-length: 21\r\nconnection: close\r\n\r\nInternal Server Error"
@@ -78,6 +107,25 @@ class _Exchange:
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
 
+    def fail(self, response: bytes) -> None:
+        """The client broke off its body: answer `response` (unless the app has begun its
+        own) and close. The app's receive then gets http.disconnect and writes nothing."""
+        conn = self.conn
+        if conn.closed:
+            return
+        # only the exchange being answered may write: an earlier response still in flight
+        # must not be overtaken (then the connection just closes)
+        if not self.started and conn.exchanges and conn.exchanges[0] is self:
+            conn.transport.write(response)
+        self.finished = True  # nothing more from the app reaches the wire
+        conn.closed = True
+        conn.transport.close()
+        self.wake()
+
+    def _body_stalled(self) -> None:
+        if not self.chunks and not self.body_done:
+            self.fail(_REQUEST_TIMEOUT)
+
     # -- the ASGI channel ----------------------------------------------------------------
 
     async def receive(self) -> Message:
@@ -87,7 +135,11 @@ class _Exchange:
             conn.transport.write(_CONTINUE)
         while not self.chunks and not self.body_done and not conn.closed:
             self.waiter = conn.loop.create_future()
-            await self.waiter
+            timer = conn.loop.call_later(BODY_IDLE_S, self._body_stalled)
+            try:
+                await self.waiter
+            finally:
+                timer.cancel()
         if self.chunks:
             body = self.chunks.popleft() if len(self.chunks) == 1 else b"".join(self.chunks)
             self.chunks.clear()
@@ -190,6 +242,8 @@ class _Connection(asyncio.Protocol):
         self.last_active = 0.0
         self.client: tuple[str, int] | None = None
         self.scheme = "http"
+        self.in_body = False  # between a request's headers and its end
+        self.head_bytes = 0  # bytes received since the last request's headers ended
 
     # -- transport events ----------------------------------------------------------------
 
@@ -211,12 +265,32 @@ class _Connection(asyncio.Protocol):
             self.drain_waiter.set_result(None)
 
     def data_received(self, data: bytes) -> None:
+        in_head = not self.in_body
+        if in_head:
+            self.head_bytes += len(data)
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserUpgrade:
             self._refuse()
+            return
         except httptools.HttpParserError:
             self._refuse()
+            return
+        # still reading a request's head after this piece, and too much of it: refuse
+        # (checked after the feed, so that a head followed by its body in one piece counts
+        # only while the head is unfinished)
+        if not self.in_body and self.head_bytes > MAX_HEAD_BYTES and not self.closed:
+            if not self.exchanges or not self.exchanges[0].started:
+                self.transport.write(_HEAD_TOO_LARGE)
+            self.closed = True
+            self.transport.close()
+
+    def eof_received(self) -> bool | None:
+        """The client half-closed. Mid-body, say why the request fails before closing
+        (the app's receive gets http.disconnect); otherwise just close."""
+        if self.in_body and self.exchanges and not self.exchanges[-1].body_done:
+            self.exchanges[-1].fail(_INCOMPLETE_BODY)
+        return None
 
     def pause_writing(self) -> None:
         self.writing_paused = True
@@ -254,6 +328,8 @@ class _Connection(asyncio.Protocol):
         self.headers.append((name.lower(), value))
 
     def on_headers_complete(self) -> None:
+        self.in_body = True
+        self.head_bytes = 0
         parser = self.parser
         raw_path, _, query = self.url.partition(b"?")
         expect_100 = False
@@ -294,6 +370,7 @@ class _Connection(asyncio.Protocol):
         exchange.wake()
 
     def on_message_complete(self) -> None:
+        self.in_body = False
         exchange = self.exchanges[-1]
         exchange.body_done = True
         exchange.wake()

@@ -9,7 +9,8 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from crossbeat.s3.http_server import LeanServer
+from crossbeat.s3 import http_server
+from crossbeat.s3.http_server import MAX_HEAD_BYTES, LeanServer
 
 App = Callable[[dict[str, Any], Any, Any], Awaitable[None]]
 
@@ -202,3 +203,59 @@ def test_stop_lets_the_request_in_flight_finish() -> None:
         writer.close()
 
     asyncio.run(main())
+
+
+def test_a_head_over_the_limit_is_refused_and_a_body_is_not_counted_as_head() -> None:
+    async def client(port: int) -> None:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        body = b"b" * (3 * MAX_HEAD_BYTES)  # a body many times the head limit, in one write
+        writer.write(b"PUT /big HTTP/1.1\r\nHost: h\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+        assert (await read_response(reader))[1] == b"PUT /big  " + body
+        # a header that never ends: refused once past the limit, not buffered forever
+        writer.write(b"GET / HTTP/1.1\r\nHost: h\r\nX-Big: " + b"a" * (MAX_HEAD_BYTES + 1024))
+        head, err = await read_response(reader)
+        assert head.startswith(b"HTTP/1.1 400 ") and b"<Code>RequestHeaderSectionTooLarge</Code>" in err
+        assert await reader.read() == b""  # closed
+        writer.close()
+
+    run(echo, client)
+
+
+def test_a_stalled_body_is_answered_request_timeout(monkeypatch: Any) -> None:
+    monkeypatch.setattr(http_server, "BODY_IDLE_S", 0.3)
+    seen: list[dict[str, Any]] = []
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        while True:
+            message = await receive()
+            seen.append(message)
+            if message["type"] == "http.disconnect" or not message.get("more_body"):
+                break
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"0")]})
+        await send({"type": "http.response.body", "body": b""})
+
+    async def client(port: int) -> None:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"PUT /slow HTTP/1.1\r\nHost: h\r\nContent-Length: 10\r\n\r\nhello")
+        started = time.monotonic()
+        head, err = await read_response(reader)  # then nothing more is sent
+        assert head.startswith(b"HTTP/1.1 400 ") and b"<Code>RequestTimeout</Code>" in err
+        assert 0.25 < time.monotonic() - started < 5
+        assert await reader.read() == b""  # closed, and the app's own answer never sent
+        writer.close()
+
+    run(app, client)
+    assert [m["type"] for m in seen] == ["http.request", "http.disconnect"]
+
+
+def test_a_body_cut_short_by_the_client_is_answered_incomplete_body() -> None:
+    async def client(port: int) -> None:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"PUT /short HTTP/1.1\r\nHost: h\r\nContent-Length: 10\r\n\r\nhello")
+        await writer.drain()
+        writer.write_eof()  # half-close: the client can still read the answer
+        head, err = await read_response(reader)
+        assert head.startswith(b"HTTP/1.1 400 ") and b"<Code>IncompleteBody</Code>" in err
+        writer.close()
+
+    run(echo, client)
