@@ -22,6 +22,7 @@ from crossbeat.s3.objectmeta import (
     quoted,
     refuse_encryption,
     refuse_object_lock,
+    require_length,
     system_headers,
     user_metadata,
 )
@@ -100,6 +101,7 @@ async def _store_part(gw: Gateway, upload_id: str, part: dict[str, Any]) -> None
 
 async def upload_part(gw: Gateway, req: Request, p: Principal, ctx: Any) -> Response:
     bucket = await gw.bucket(req.bucket, p)
+    require_length(req.headers)
     refuse_encryption(req.headers)
     number = _part_number(req)
     upload = await _upload(gw, req)

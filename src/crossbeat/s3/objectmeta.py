@@ -119,6 +119,14 @@ def refuse_encryption(headers: dict[str, str]) -> None:
                           "crossbeat; nothing was stored.", extra={"Header": name})
 
 
+def require_length(headers: dict[str, str]) -> None:
+    """MissingContentLength (411), as AWS answers, for an upload that declares neither a
+    Content-Length nor a chunked body: HTTP reads it as empty, which is rarely what the
+    client meant to store."""
+    if "content-length" not in headers and "transfer-encoding" not in headers:
+        raise S3Error("MissingContentLength")
+
+
 def refuse_customer_key(headers: dict[str, str]) -> None:
     """A read naming an SSE-C key: no object here is encrypted with one (AWS's answer for
     an object stored without SSE-C)."""

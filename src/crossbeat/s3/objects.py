@@ -38,6 +38,7 @@ from crossbeat.s3.objectmeta import (
     refuse_customer_key,
     refuse_encryption,
     refuse_object_lock,
+    require_length,
     storage_class_header,
     system_headers,
     user_metadata,
@@ -187,6 +188,7 @@ def _write_headers(bucket: Bucket, meta: dict[str, Any]) -> dict[str, str]:
 
 async def put_object(gw: Gateway, req: Request, p: Principal, ctx: Any) -> Response:
     bucket = await gw.bucket(req.bucket, p)
+    require_length(req.headers)
     refuse_object_lock(req.headers)
     refuse_encryption(req.headers)
     acl.refuse_acl_headers(req.headers)

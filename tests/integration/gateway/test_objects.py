@@ -202,3 +202,34 @@ def test_large_object_streams(s3: Any, bucket: str) -> None:
     assert out.getvalue() == data
     part = s3.get_object(Bucket=bucket, Key="large", Range=f"bytes={5 * MiB - 3}-{5 * MiB + 2}")["Body"].read()
     assert part == data[5 * MiB - 3: 5 * MiB + 3]
+
+
+@pytest.mark.parametrize("upload_part", [False, True])
+def test_an_upload_without_a_length_is_411(gateway: Any, s3: Any, bucket: str, upload_part: bool) -> None:
+    """No Content-Length and no chunked body: HTTP reads that as empty, which is rarely what
+    was meant; AWS answers MissingContentLength and so do we, storing nothing."""
+    import socket
+    from urllib.parse import urlsplit
+
+    from botocore.auth import S3SigV4Auth
+    from botocore.awsrequest import AWSRequest
+    from botocore.credentials import Credentials
+
+    from tests.support.gateway import ROOT_AK, ROOT_SK
+
+    url = f"{gateway.url}/{bucket}/nolength"
+    if upload_part:
+        uid = s3.create_multipart_upload(Bucket=bucket, Key="nolength")["UploadId"]
+        url += f"?partNumber=1&uploadId={uid}"
+    req = AWSRequest(method="PUT", url=url, data=b"")
+    S3SigV4Auth(Credentials(ROOT_AK, ROOT_SK), "s3", "us-east-1").add_auth(req)
+    parts = urlsplit(url)
+    lines = [f"PUT {parts.path}{'?' + parts.query if parts.query else ''} HTTP/1.1", f"Host: {parts.netloc}"]
+    lines += [f"{k}: {v}" for k, v in req.headers.items() if k.lower() not in ("content-length", "host")]
+    with socket.create_connection((parts.hostname, parts.port), timeout=10) as sock:
+        sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode())
+        answer = sock.recv(65536)
+    assert answer.startswith(b"HTTP/1.1 411 ") and b"<Code>MissingContentLength</Code>" in answer
+    assert "Contents" not in s3.list_objects_v2(Bucket=bucket)
+    if upload_part:
+        assert not s3.list_parts(Bucket=bucket, Key="nolength", UploadId=uid).get("Parts")
