@@ -18,6 +18,14 @@ States, as in Kafka's GroupCoordinator::
   membership (UNKNOWN_MEMBER_ID); during a rebalance they get REBALANCE_IN_PROGRESS.
 - A member that sends nothing for its session timeout is removed (a rebalance follows);
   members waiting in JoinGroup or SyncGroup are alive by definition.
+- Static members (KIP-345, a group.instance.id) skip MEMBER_ID_REQUIRED. One that joins
+  with an empty member id while its instance id is still a member (it restarted within its
+  session timeout) takes over that member under a fresh member id: its old id is fenced and
+  it keeps its assignment. In a Stable group whose protocol choice does not change, that
+  is all: no rebalance, same generation, and the leader named in its answer is the old one
+  so it does not assign. Otherwise (mid-rebalance, or a changed protocol) a rebalance
+  follows. Requests carrying an instance id whose member id is no longer the instance's
+  are FENCED_INSTANCE_ID; an instance id that is no member is UNKNOWN_MEMBER_ID.
 Deadlines are enforced by `sweep`, which the broker calls every `SWEEP_INTERVAL` seconds.
 All methods run on the event loop and change state without awaiting in between.
 """
@@ -137,16 +145,17 @@ class GroupCoordinator:
         group = self.groups.get(group_id)
         if group is None:
             group = self.groups[group_id] = Group(group_id)
-        if not protocols or not protocol_type or not self._compatible(group, protocol_type, protocols, member_id):
+        static = _static_member(group, group_instance_id)
+        # a static member's previous incarnation is about to be replaced: not a peer to agree with
+        peer_of = static.member_id if static is not None and member_id == "" else member_id
+        if not protocols or not protocol_type or not self._compatible(group, protocol_type, protocols, peer_of):
             return JoinResult(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, member_id)
         now = self._clock()
 
-        if member_id == "" and group_instance_id is not None:
-            # static member (KIP-345) rejoining under a new id: replace its old incarnation
-            for old in list(group.members.values()):
-                if old.group_instance_id == group_instance_id:
-                    self._remove_member(group, old, ErrorCode.UNKNOWN_MEMBER_ID, "replaced")
-        elif member_id == "" and require_known_member:
+        if member_id == "" and static is not None:
+            return await self._rejoin_static(group, static, client_id, client_host,
+                                             session_timeout_ms, rebalance_timeout_ms, protocols)
+        if member_id == "" and require_known_member and group_instance_id is None:
             new_id = f"{client_id}-{uuid.uuid4()}"
             group.pending[new_id] = now + session_timeout_ms / 1000
             return JoinResult(ErrorCode.MEMBER_ID_REQUIRED, new_id)
@@ -154,8 +163,8 @@ class GroupCoordinator:
             member_id = f"{group_instance_id or client_id}-{uuid.uuid4()}"
         elif member_id in group.pending:
             del group.pending[member_id]
-        elif member_id not in group.members:
-            return JoinResult(ErrorCode.UNKNOWN_MEMBER_ID, member_id)
+        elif (error := _fenced(group, member_id, group_instance_id)) is not None:
+            return JoinResult(error, member_id)
 
         member = group.members.get(member_id)
         if member is None:
@@ -176,12 +185,53 @@ class GroupCoordinator:
             if member.awaiting_join:
                 assert member.join_waiter is not None
                 member.join_waiter.set_result(JoinResult(ErrorCode.UNKNOWN_MEMBER_ID, member_id))
+        return await self._await_rebalance(group, member, f"member {member_id} joined")
+
+    async def _await_rebalance(self, group: Group, member: Member, reason: str) -> JoinResult:
         waiter: asyncio.Future[JoinResult] = asyncio.get_running_loop().create_future()
         member.join_waiter = waiter
         if group.state is not GroupState.PREPARING_REBALANCE:
-            self._prepare_rebalance(group, f"member {member_id} joined")
+            self._prepare_rebalance(group, reason)
         self._maybe_complete_join(group)
         return await waiter
+
+    async def _rejoin_static(self, group: Group, member: Member, client_id: str,
+                             client_host: str, session_timeout_ms: int,
+                             rebalance_timeout_ms: int,
+                             protocols: list[tuple[str, bytes]]) -> JoinResult:
+        """A static member joined with no member id while its instance is a member.
+
+        As Kafka's updateStaticMemberAndRebalance: the member gets a fresh id and keeps its
+        assignment; its old id is fenced (a JoinGroup or SyncGroup it is waiting in answers
+        FENCED_INSTANCE_ID). A Stable group whose protocol choice stays is not rebalanced.
+        """
+        old_id, leader = member.member_id, group.leader_id
+        new_id = f"{member.group_instance_id}-{uuid.uuid4()}"
+        del group.members[old_id]
+        if member.awaiting_join and member.join_waiter is not None:
+            member.join_waiter.set_result(JoinResult(ErrorCode.FENCED_INSTANCE_ID, old_id))
+        if member.awaiting_sync and member.sync_waiter is not None:
+            member.sync_waiter.set_result(SyncResult(ErrorCode.FENCED_INSTANCE_ID))
+        member.member_id = new_id
+        group.members[new_id] = member
+        if leader == old_id:
+            group.leader_id = new_id
+        member.client_id, member.client_host = client_id, client_host
+        member.protocols = protocols
+        member.session_timeout = session_timeout_ms / 1000
+        member.rebalance_timeout = rebalance_timeout_ms / 1000
+        member.last_seen = self._clock()
+        log.info("group %s: static member %s replaced %s", group.group_id,
+                 member.group_instance_id, old_id)
+        if (group.state is GroupState.STABLE
+                and self._select_protocol(list(group.members.values())) == group.protocol_name):
+            # the previous leader id, even if that was this member: a leader would assign
+            # again, and a Stable group does not hand out a new assignment
+            return JoinResult(ErrorCode.NONE, new_id, group.generation, group.protocol_type,
+                              group.protocol_name, leader or "", [])
+        # CompletingRebalance: the leader may be assigning to the old id, so rebalance again
+        return await self._await_rebalance(
+            group, member, f"static member {member.group_instance_id} rejoined as {new_id}")
 
     def _compatible(self, group: Group, protocol_type: str, protocols: list[tuple[str, bytes]],
                     member_id: str) -> bool:
@@ -274,11 +324,14 @@ class GroupCoordinator:
 
     # -- SyncGroup ---------------------------------------------------------------------------
     async def sync(self, group_id: str, generation_id: int, member_id: str,
-                   assignments: dict[str, bytes]) -> SyncResult:
+                   assignments: dict[str, bytes],
+                   group_instance_id: str | None = None) -> SyncResult:
         group = self.groups.get(group_id)
-        member = group.members.get(member_id) if group else None
-        if group is None or member is None:
+        if group is None:
             return SyncResult(ErrorCode.UNKNOWN_MEMBER_ID)
+        if (error := _fenced(group, member_id, group_instance_id)) is not None:
+            return SyncResult(error)
+        member = group.members[member_id]
         if generation_id != group.generation:
             return SyncResult(ErrorCode.ILLEGAL_GENERATION)
         member.last_seen = self._clock()
@@ -310,11 +363,14 @@ class GroupCoordinator:
         return await waiter
 
     # -- Heartbeat, LeaveGroup, commit fencing -------------------------------------------
-    def heartbeat(self, group_id: str, generation_id: int, member_id: str) -> ErrorCode:
+    def heartbeat(self, group_id: str, generation_id: int, member_id: str,
+                  group_instance_id: str | None = None) -> ErrorCode:
         group = self.groups.get(group_id)
-        member = group.members.get(member_id) if group else None
-        if group is None or member is None:
+        if group is None:
             return ErrorCode.UNKNOWN_MEMBER_ID
+        if (error := _fenced(group, member_id, group_instance_id)) is not None:
+            return error
+        member = group.members[member_id]
         member.last_seen = self._clock()
         if generation_id != group.generation:
             return ErrorCode.ILLEGAL_GENERATION
@@ -322,26 +378,33 @@ class GroupCoordinator:
             return ErrorCode.REBALANCE_IN_PROGRESS
         return ErrorCode.NONE
 
-    def leave(self, group_id: str, member_id: str) -> ErrorCode:
+    def leave(self, group_id: str, member_id: str,
+              group_instance_id: str | None = None) -> ErrorCode:
+        """Remove one member (a rebalance follows), as Kafka's LeaveGroup does.
+
+        With an empty member id the static member `group_instance_id` is removed (the
+        administrative removal of LeaveGroup v3+); with both, they must still belong together
+        (else FENCED_INSTANCE_ID). A pending member id (MEMBER_ID_REQUIRED, not yet joined)
+        is simply forgotten.
+        """
         group = self.groups.get(group_id)
-        member = group.members.get(member_id) if group else None
-        if group is None or member is None:
-            if group is not None and member_id in group.pending:
-                del group.pending[member_id]
-                self._maybe_complete_join(group)
-                return ErrorCode.NONE
+        if group is None:
             return ErrorCode.UNKNOWN_MEMBER_ID
+        if not member_id:
+            static = _static_member(group, group_instance_id)
+            if static is None:
+                return ErrorCode.UNKNOWN_MEMBER_ID
+            member_id = static.member_id
+        elif member_id in group.pending:
+            del group.pending[member_id]
+            self._maybe_complete_join(group)
+            return ErrorCode.NONE
+        elif (error := _fenced(group, member_id, group_instance_id)) is not None:
+            return error
+        member = group.members[member_id]
         self._remove_member(group, member, ErrorCode.UNKNOWN_MEMBER_ID, "left the group")
         self._after_removal(group, f"member {member_id} left")
         return ErrorCode.NONE
-
-    def leave_instance(self, group_id: str, group_instance_id: str) -> tuple[ErrorCode, str]:
-        """LeaveGroup v3+ by static instance id; returns (error, member id)."""
-        group = self.groups.get(group_id)
-        for m in list(group.members.values()) if group else []:
-            if m.group_instance_id == group_instance_id:
-                return self.leave(group_id, m.member_id), m.member_id
-        return ErrorCode.UNKNOWN_MEMBER_ID, ""
 
     def delete(self, group_id: str, *, has_offsets: bool) -> ErrorCode:
         """DeleteGroups for one group, as Kafka's coordinator decides it.
@@ -362,17 +425,21 @@ class GroupCoordinator:
         log.info("group %s: deleted", group_id)
         return ErrorCode.NONE
 
-    def check_commit(self, group_id: str, generation_id: int, member_id: str) -> ErrorCode:
-        """May this OffsetCommit be applied? generation -1 with no member id is a simple
-        (standalone) commit, allowed while the group has no members."""
+    def check_commit(self, group_id: str, generation_id: int, member_id: str,
+                     group_instance_id: str | None = None) -> ErrorCode:
+        """May this OffsetCommit be applied? generation -1 with no member id (and no
+        instance id) is a simple (standalone) commit, allowed while the group has no
+        members; a member's commit is fenced as its Heartbeat is."""
         group = self.groups.get(group_id)
-        if generation_id < 0 and not member_id:
+        if generation_id < 0 and not member_id and group_instance_id is None:
             if group is None or not group.members:
                 return ErrorCode.NONE
             return ErrorCode.UNKNOWN_MEMBER_ID
-        member = group.members.get(member_id) if group else None
-        if group is None or member is None:
+        if group is None:
             return ErrorCode.UNKNOWN_MEMBER_ID
+        if (error := _fenced(group, member_id, group_instance_id)) is not None:
+            return error
+        member = group.members[member_id]
         member.last_seen = self._clock()
         if generation_id != group.generation:
             return ErrorCode.ILLEGAL_GENERATION
@@ -441,3 +508,23 @@ class GroupCoordinator:
                                                         m.member_id))
                 if m.awaiting_sync and m.sync_waiter is not None:
                     m.sync_waiter.set_result(SyncResult(ErrorCode.COORDINATOR_NOT_AVAILABLE))
+
+
+def _static_member(group: Group, group_instance_id: str | None) -> Member | None:
+    """The current member of static instance `group_instance_id`, if any."""
+    if group_instance_id is None:
+        return None
+    return next((m for m in group.members.values() if m.group_instance_id == group_instance_id),
+                None)
+
+
+def _fenced(group: Group, member_id: str, group_instance_id: str | None) -> ErrorCode | None:
+    """Kafka's validateCurrentMember: None if `member_id` is a member (and, given an instance
+    id, that instance's current member id); FENCED_INSTANCE_ID if the instance has moved on to
+    another member id, UNKNOWN_MEMBER_ID otherwise."""
+    if group_instance_id is not None:
+        static = _static_member(group, group_instance_id)
+        if static is None:
+            return ErrorCode.UNKNOWN_MEMBER_ID
+        return None if static.member_id == member_id else ErrorCode.FENCED_INSTANCE_ID
+    return None if member_id in group.members else ErrorCode.UNKNOWN_MEMBER_ID

@@ -116,3 +116,87 @@ def test_inconsistent_protocols_and_bad_session_timeout() -> None:
         assert (await task).error is ErrorCode.NONE
 
     asyncio.run(run())
+
+
+A_PROTOCOLS = [("range", b""), ("roundrobin", b"")]
+
+
+async def stable_static_pair(c: GroupCoordinator) -> tuple[str, str]:
+    """Static members 'ia' (the leader, range or roundrobin) and 'ib' (range) in a Stable
+    group at generation 2, using range."""
+    # no MEMBER_ID_REQUIRED for a static member
+    a = (await join(c, group_instance_id="ia", protocols=A_PROTOCOLS)).member_id
+    await c.sync("g", 1, a, {a: b"all"}, "ia")
+    b_task = asyncio.create_task(join(c, group_instance_id="ib"))
+    await asyncio.sleep(0)
+    a_join = await join(c, a, group_instance_id="ia", protocols=A_PROTOCOLS)
+    b = (await b_task).member_id
+    assert a_join.generation_id == 2 and a_join.leader == a
+    b_sync = asyncio.create_task(c.sync("g", 2, b, {}, "ib"))
+    await c.sync("g", 2, a, {a: b"pa", b: b"pb"}, "ia")
+    assert (await b_sync).assignment == b"pb"
+    return a, b
+
+
+def test_static_member_rejoin_when_stable_keeps_generation_and_fences_old_id() -> None:
+    async def run() -> None:
+        c = coordinator(Clock())
+        a, b = await stable_static_pair(c)
+        rejoined = await join(c, group_instance_id="ia", protocols=A_PROTOCOLS)  # leader restarted
+        new_a = rejoined.member_id
+        assert rejoined.error is ErrorCode.NONE and new_a != a
+        # same generation, no member list, and the old leader id so that it does not assign
+        assert (rejoined.generation_id, rejoined.leader, rejoined.members) == (2, a, [])
+        group = c.groups["g"]
+        assert group.state is GroupState.STABLE and group.leader_id == new_a
+        assert (await c.sync("g", 2, new_a, {}, "ia")).assignment == b"pa"
+        assert c.heartbeat("g", 2, b, "ib") is ErrorCode.NONE  # b is not disturbed
+        assert c.heartbeat("g", 2, a, "ia") is ErrorCode.FENCED_INSTANCE_ID
+        assert (await c.sync("g", 2, a, {}, "ia")).error is ErrorCode.FENCED_INSTANCE_ID
+        assert c.check_commit("g", 2, a, "ia") is ErrorCode.FENCED_INSTANCE_ID
+        assert c.leave("g", a, "ia") is ErrorCode.FENCED_INSTANCE_ID
+        old_join = await join(c, a, group_instance_id="ia", protocols=A_PROTOCOLS)
+        assert old_join.error is ErrorCode.FENCED_INSTANCE_ID
+        assert c.heartbeat("g", 2, a, "nobody") is ErrorCode.UNKNOWN_MEMBER_ID
+        assert c.check_commit("g", 2, new_a, "ia") is ErrorCode.NONE
+        assert group.state is GroupState.STABLE and group.generation == 2
+
+    asyncio.run(run())
+
+
+def test_static_member_rejoin_with_new_protocol_or_mid_sync_rebalances() -> None:
+    async def run() -> None:
+        c = coordinator(Clock())
+        a, b = await stable_static_pair(c)
+        changed = asyncio.create_task(
+            join(c, group_instance_id="ib", protocols=[("roundrobin", b"")]))
+        await asyncio.sleep(0)
+        group = c.groups["g"]
+        assert group.state is GroupState.PREPARING_REBALANCE
+        a_join = await join(c, a, group_instance_id="ia", protocols=A_PROTOCOLS)
+        b_join = await changed
+        assert a_join.generation_id == b_join.generation_id == 3
+        assert a_join.protocol_name == "roundrobin"
+        # CompletingRebalance: the old id waiting in SyncGroup is fenced, a rebalance follows
+        b_sync = asyncio.create_task(c.sync("g", 3, b_join.member_id, {}, "ib"))
+        await asyncio.sleep(0)
+        again = asyncio.create_task(join(c, group_instance_id="ib"))
+        assert (await b_sync).error is ErrorCode.FENCED_INSTANCE_ID
+        assert group.state is GroupState.PREPARING_REBALANCE
+        await join(c, a, group_instance_id="ia", protocols=A_PROTOCOLS)
+        assert (await again).generation_id == 4
+
+    asyncio.run(run())
+
+
+def test_leave_by_instance_id_removes_static_member_and_rebalances() -> None:
+    async def run() -> None:
+        c = coordinator(Clock())
+        a, b = await stable_static_pair(c)
+        assert c.leave("g", "", "nobody") is ErrorCode.UNKNOWN_MEMBER_ID
+        assert c.leave("g", "", "ib") is ErrorCode.NONE
+        group = c.groups["g"]
+        assert list(group.members) == [a] and group.state is GroupState.PREPARING_REBALANCE
+        assert (await join(c, a, group_instance_id="ia", protocols=A_PROTOCOLS)).generation_id == 3
+
+    asyncio.run(run())

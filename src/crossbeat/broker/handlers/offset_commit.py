@@ -1,5 +1,6 @@
 """OffsetCommit (8): fence by group generation, then make the offsets durable (fsync)
-before answering. Leader epoch and metadata are stored and returned by OffsetFetch."""
+before answering. Leader epoch and metadata are stored and returned by OffsetFetch.
+v7+ carries the static instance id, by which a replaced member is FENCED_INSTANCE_ID."""
 
 from __future__ import annotations
 
@@ -22,8 +23,9 @@ OFFSET_METADATA_TOO_LARGE = 12
 
 async def handle(ctx: Context, req: Any) -> Any:
     broker = ctx.broker
+    instance = req.group_instance_id if ctx.version >= 7 else None
     group_error = ErrorCode.INVALID_GROUP_ID if not req.group_id else broker.groups.check_commit(
-        req.group_id, req.generation_id_or_member_epoch, req.member_id)
+        req.group_id, req.generation_id_or_member_epoch, req.member_id, instance)
     results: list[tuple[str, list[tuple[int, int]]]] = []
     entries: list[Entry] = []
     for topic in req.topics:
