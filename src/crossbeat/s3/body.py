@@ -138,6 +138,9 @@ class BodyDecoder:
                 "InvalidRequest",
                 "x-amz-trailer needs x-amz-content-sha256: STREAMING-AWS4-HMAC-SHA256-PAYLOAD-TRAILER.",
             )
+        # a trailer the headers did not declare is refused, not ignored: a checksum in it
+        # would otherwise go unverified while the client believes it was checked
+        self._declared_trailers = frozenset(trailer_names)
         checksum_trailers = [t for t in trailer_names if t.startswith("x-amz-checksum-")]
         if len(named) + len(checksum_trailers) > 1:
             raise S3Error(
@@ -333,6 +336,8 @@ class BodyDecoder:
                 raise S3Error("InvalidRequest", "x-amz-trailer-signature must be the last trailer.")
             if name == "x-amz-trailer-signature":
                 self._trailer_sig = value
+            elif name not in self._declared_trailers:
+                raise S3Error("InvalidRequest", f"The trailer {name} was not declared in x-amz-trailer.")
             else:
                 self._trailers.append((name, value))
 

@@ -557,3 +557,13 @@ def test_bodies_hashed_in_pieces_that_keep_the_gil_hash_as_one(size: int) -> Non
     for at in (0, size - 1):
         bad = data[:at] + bytes([data[at] ^ 1]) + data[at + 1 :]
         assert error_code(ctx, headers, bad) in ("BadDigest", "XAmzContentSHA256Mismatch")
+
+
+def test_an_undeclared_trailer_is_refused_not_ignored() -> None:
+    """A checksum trailer without x-amz-trailer was never checked, so a wrong one stored
+    the object; now any undeclared trailer is refused."""
+    body = b"b\r\nhello world\r\n0\r\nx-amz-checksum-crc32:AAAAAA==\r\n\r\n"
+    headers = {k: v for k, v in trailer_headers(b"hello world").items() if k != "x-amz-trailer"}
+    assert error_code(unsigned_ctx(), headers, body) == "InvalidRequest"
+    other = b"b\r\nhello world\r\n0\r\nx-amz-checksum-crc32:DUoRhQ==\r\nx-other:1\r\n\r\n"
+    assert error_code(unsigned_ctx(), trailer_headers(b"hello world"), other) == "InvalidRequest"
