@@ -78,6 +78,7 @@ class Request:
     # every value of each (lower-cased) header, in arrival order: what SigV4 signs
     header_map: dict[str, list[str]] = field(default_factory=dict)
     body_done: bool = False
+    body_started: bool = False  # the body has been asked for (so 100 Continue was sent)
     virtual_host: bool = False  # the bucket came from the Host header
 
     @property
@@ -87,9 +88,13 @@ class Request:
 
     async def discard_body(self, limit: int = 1024 * 1024) -> bool:
         """Read and drop an unread body of at most `limit` bytes so the connection can be
-        reused; False when it is larger (the caller then closes the connection)."""
+        reused; False when it is larger (the caller then closes the connection), or when
+        the client waits for `100 Continue` to send it: it is then never asked for, and
+        the connection closes after the answer (RFC 9110 10.1.1)."""
         if self.body_done or not self.has_body:
             return True
+        if not self.body_started and "100-continue" in self.headers.get("expect", "").lower():
+            return False
         try:
             length = int(self.headers.get("content-length", "-1"))
         except ValueError:
@@ -142,6 +147,7 @@ class Request:
 
     async def body_chunks(self) -> AsyncIterator[bytes]:
         """The raw HTTP body, piece by piece, as uvicorn delivers it."""
+        self.body_started = True
         while True:
             message = await self.receive()
             if message["type"] == "http.disconnect":

@@ -196,7 +196,7 @@ class _Exchange:
 
     def _head(self, status: int, headers: list[tuple[bytes, bytes]]) -> bytes:
         parts = [b"HTTP/1.1 %d %s\r\n" % (status, _REASONS.get(status, b""))]
-        has_length = has_date = False
+        has_length = has_date = closing = False
         for name, value in headers:
             lname = name.lower()
             if lname == b"content-length":
@@ -205,6 +205,7 @@ class _Exchange:
                 has_date = True
             elif lname == b"connection" and b"close" in value.lower():
                 self.keep_alive = False
+                closing = True  # the app's own header says so: not a second time
             parts += (name, b": ", value, b"\r\n")
         # no CR or LF inside a name or value (header injection): checked once on the block
         block = b"".join(parts)
@@ -218,7 +219,7 @@ class _Exchange:
             parts.append(b"transfer-encoding: chunked\r\n")
         if self.conn.server.stopping:
             self.keep_alive = False
-        if not self.keep_alive:
+        if not self.keep_alive and not closing:
             parts.append(b"connection: close\r\n")
         parts.append(b"\r\n")
         return b"".join(parts)
@@ -243,6 +244,7 @@ class _Connection(asyncio.Protocol):
         self.client: tuple[str, int] | None = None
         self.scheme = "http"
         self.in_body = False  # between a request's headers and its end
+        self.refused = False  # unparsable bytes follow the requests in `exchanges`
         self.head_bytes = 0  # bytes received since the last request's headers ended
 
     # -- transport events ----------------------------------------------------------------
@@ -306,11 +308,20 @@ class _Connection(asyncio.Protocol):
             await self.drain_waiter
 
     def resume_reading(self) -> None:
-        if self.reading_paused and not self.closed:
+        if self.reading_paused and not self.closed and not self.refused:
             self.reading_paused = False
             self.transport.resume_reading()
 
     def _refuse(self) -> None:
+        """Bytes that are no HTTP request: 400 and close. Requests read before them are
+        answered first, in order (a PUT whose Content-Length fell short of what the client
+        sent is stored: its answer must not be lost to the 400 of the leftover bytes)."""
+        if self.exchanges and self.exchanges[-1].body_done:
+            self.refused = True
+            if not self.reading_paused:
+                self.reading_paused = True
+                self.transport.pause_reading()
+            return
         if not self.exchanges or not self.exchanges[0].started:
             self.transport.write(_BAD_REQUEST)
         self.transport.close()
@@ -408,6 +419,9 @@ class _Connection(asyncio.Protocol):
             self._start(self.exchanges[0])
             if len(self.exchanges) == 1:
                 self.resume_reading()
+        elif self.refused:
+            self.transport.write(_BAD_REQUEST)
+            self.transport.close()
         elif self.server.stopping:
             self.transport.close()
         else:

@@ -165,3 +165,23 @@ def test_list_buckets_pages_and_filters(s3: Any, alice: Any, gateway: Service) -
         with pytest.raises(botocore.exceptions.ClientError) as exc:
             unchecked.list_buckets(**bad)
         assert exc.value.response["Error"]["Code"] == "InvalidArgument", bad
+
+
+def test_a_refused_upload_is_not_asked_for_its_body(gateway: Service, s3: Any) -> None:
+    """With Expect: 100-continue, a request refused before its body is read gets its answer
+    without a 100 Continue first (the client then never sends the body), and the
+    connection closes instead of waiting for a body nobody asked for."""
+    import socket
+    from urllib.parse import urlsplit
+
+    s3.create_bucket(Bucket="expect-refused")
+    url = urlsplit(gateway.url)
+    with socket.create_connection((url.hostname, url.port), timeout=10) as sock:
+        sock.sendall(b"PUT /expect-refused/k HTTP/1.1\r\nHost: %s\r\nContent-Length: 5\r\n"
+                     b"Expect: 100-continue\r\n\r\n" % url.netloc.encode())
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.1 403 ") and b"100 Continue" not in answer
+    assert answer.lower().count(b"connection: close") == 1
+    assert "Contents" not in s3.list_objects_v2(Bucket="expect-refused")

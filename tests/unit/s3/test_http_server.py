@@ -259,3 +259,38 @@ def test_a_body_cut_short_by_the_client_is_answered_incomplete_body() -> None:
         writer.close()
 
     run(echo, client)
+
+
+def test_garbage_after_a_request_is_refused_after_that_request_is_answered() -> None:
+    """A Content-Length shorter than the bytes sent: the request it delimits is served and
+    answered; the leftover bytes then get a 400 and the connection closes."""
+
+    async def client(port: int) -> None:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"PUT /short HTTP/1.1\r\nHost: h\r\nContent-Length: 3\r\n\r\nhello")
+        head, body = await read_response(reader)
+        assert head.startswith(b"HTTP/1.1 200 ") and body == b"PUT /short  hel"
+        head, _ = await read_response(reader)
+        assert head.startswith(b"HTTP/1.1 400 ")
+        assert await reader.read() == b""
+        writer.close()
+
+    run(echo, client)
+
+
+def test_the_apps_connection_close_is_not_doubled() -> None:
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        await receive()
+        await send({"type": "http.response.start", "status": 403,
+                    "headers": [(b"content-length", b"0"), (b"connection", b"close")]})
+        await send({"type": "http.response.body", "body": b""})
+
+    async def client(port: int) -> None:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"GET / HTTP/1.1\r\nHost: h\r\n\r\n")
+        head, _ = await read_response(reader)
+        assert head.lower().count(b"connection: close") == 1
+        assert await reader.read() == b""
+        writer.close()
+
+    run(app, client)
