@@ -142,7 +142,9 @@ def authenticate(
             raise S3Error("NotImplemented", "SigV4a (AWS4-ECDSA-P256-SHA256) is not supported.")
         if authorization.startswith("AWS "):
             return _v2_header(method, v2_path or raw_path, query, hdrs, authorization, lookup, now)
-        raise S3Error("AuthorizationHeaderMalformed", "Unsupported Authorization type.")
+        # AWS's answer for a scheme it does not know (Bearer, Basic, empty...)
+        raise S3Error("InvalidArgument", "Unsupported Authorization Type",
+                      extra={"ArgumentName": "Authorization", "ArgumentValue": authorization[:64]})
     if has_v4_query:
         return _v4_query(method, raw_path, query, hdrs, lookup, now)
     if has_v2_query:
@@ -421,7 +423,8 @@ def _v2_header(
 ) -> AuthContext:
     access_key, sep, signature = authorization[4:].strip().rpartition(":")
     if not sep or not access_key or not signature:
-        raise S3Error("AccessDenied", "Malformed SigV2 Authorization header.")
+        raise S3Error("InvalidArgument", "AWS authorization header is invalid.  Expected AwsAccessKeyId:signature",
+                      extra={"ArgumentName": "Authorization", "ArgumentValue": authorization[:64]})
     principal = _lookup(lookup, access_key)
     amz_date = _one(hdrs, "x-amz-date")
     http_date = _one(hdrs, "date")

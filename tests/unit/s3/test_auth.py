@@ -297,7 +297,10 @@ BASE = {
         (V4.replace("host;", ""), "AuthorizationHeaderMalformed"),
         (V4.replace("Credential=AKIDEXAMPLE/", "Credential="), "AuthorizationHeaderMalformed"),
         (V4.replace("AWS4-HMAC-SHA256", "AWS4-ECDSA-P256-SHA256"), "NotImplemented"),
-        ("Bearer xyz", "AuthorizationHeaderMalformed"),
+        # AWS's codes for a scheme it does not know and for a SigV2 header without its parts
+        ("Bearer xyz", "InvalidArgument"),
+        ("AWS AKIDEXAMPLE", "InvalidArgument"),
+        ("AWS :c2ln", "InvalidArgument"),
     ],
 )
 def test_malformed_authorization(authorization: str, code: str) -> None:
