@@ -1,4 +1,5 @@
-"""Which values of the numeric topic configs we accept, with Kafka's bounds and messages.
+"""Which values of the numeric and enumerated topic configs we accept, with Kafka's bounds
+and messages.
 
 Bounds are Kafka's `LogConfig` validators: `retention.ms` and `retention.bytes` at least -1
 (-1 = unlimited), `segment.ms` at least 1, `max.message.bytes` at least 0,
@@ -6,6 +7,7 @@ Bounds are Kafka's `LogConfig` validators: `retention.ms` and `retention.bytes` 
 (KIP-1030; 3.x allowed 14 bytes). We take 4.0's because the stream store never rolls a
 segment below 1 KiB (`StreamLimits.resolve` raises smaller sizes), so a smaller value would
 be accepted and reported but not honoured. INT configs must fit 32 bits, LONG ones 64.
+`compression.type` takes Kafka's names exactly (case matters, as in Kafka's validator).
 """
 
 from __future__ import annotations
@@ -43,3 +45,20 @@ def numeric_config_error(key: str, value: str) -> str | None:
     if int(text) < minimum:
         return f"Invalid value {value} for configuration {key}: Value must be at least {minimum}"
     return None
+
+
+CHOICE_CONFIGS: dict[str, tuple[str, ...]] = {
+    # Kafka's BrokerCompressionType names, in its order (the message lists them so)
+    "compression.type": ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"),
+}
+"""Topic config -> the only values Kafka's `ValidString` validator accepts."""
+
+
+def choice_config_error(key: str, value: str) -> str | None:
+    """Kafka's message for a value of `key` outside its allowed strings, or None if it is
+    one of them (or `key` has no such list)."""
+    allowed = CHOICE_CONFIGS.get(key)
+    if allowed is None or value in allowed:
+        return None
+    return (f"Invalid value {value} for configuration {key}: "
+            f"String must be one of: {', '.join(allowed)}")

@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass, field
 
 from crossbeat.broker.errors import ErrorCode
-from crossbeat.broker.topic_configs import numeric_config_error
+from crossbeat.broker.topic_configs import choice_config_error, numeric_config_error
 from crossbeat.stream import Stream, StreamStore
 from crossbeat.stream.errors import StreamExists, StreamNotFound
 from crossbeat.stream.settings import StreamSettings
@@ -114,7 +114,7 @@ def check_configs(configs: dict[str, str]) -> None:
             raise TopicError(ErrorCode.INVALID_CONFIG, "only cleanup.policy=delete is supported")
         if key == "message.timestamp.type" and value not in ("CreateTime", "LogAppendTime"):
             raise TopicError(ErrorCode.INVALID_CONFIG, f"invalid message.timestamp.type {value!r}")
-        message = numeric_config_error(key, value)
+        message = numeric_config_error(key, value) or choice_config_error(key, value)
         if message is not None:
             raise TopicError(ErrorCode.INVALID_CONFIG, message)
 

@@ -143,3 +143,37 @@ def test_valid_replica_assignment_in_any_order(admin: Any) -> None:
     assert create(admin, topic) == [("assigned", 0, None)]
     (described,) = admin.describe_topics(["assigned"])
     assert sorted(p["partition_index"] for p in described["partitions"]) == [0, 1, 2]
+
+
+@pytest.mark.parametrize(("partitions", "replication", "message"), [
+    (1, -1, "A manual partition assignment was specified, but numPartitions was not -1."),
+    (-1, 1, "A manual partition assignment was specified, but replication factor was not -1."),
+    (2, 3, "A manual partition assignment was specified, but replication factor was not -1."),
+])
+def test_replica_assignment_with_count_or_factor_is_invalid(
+        admin: Any, partitions: int, replication: int, message: str) -> None:
+    from kafka.admin import NewTopic
+
+    topic = NewTopic("assigned", num_partitions=partitions, replication_factor=replication,
+                     replica_assignments={0: [0]})
+    assert create(admin, topic) == [("assigned", INVALID_REQUEST, message)]
+    assert admin.list_topics() == []
+
+
+@pytest.mark.parametrize("value", ["none", "GZIP", "zstd ", "brotli", ""])
+def test_unknown_compression_type_is_invalid_config(admin: Any, value: str) -> None:
+    from kafka.admin import NewTopic
+
+    topic = NewTopic("packed", 1, 1, topic_configs={"compression.type": value})
+    assert create(admin, topic) == [("packed", INVALID_CONFIG, (
+        f"Invalid value {value} for configuration compression.type: String must be one of: "
+        "uncompressed, zstd, lz4, snappy, gzip, producer"))]
+    assert admin.list_topics() == []
+
+
+@pytest.mark.parametrize("value", ["uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"])
+def test_kafka_compression_types_are_accepted(admin: Any, value: str) -> None:
+    from kafka.admin import NewTopic
+
+    topic = NewTopic(f"packed-{value}", 1, 1, topic_configs={"compression.type": value})
+    assert create(admin, topic) == [(f"packed-{value}", 0, None)]

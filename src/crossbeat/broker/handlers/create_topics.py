@@ -3,7 +3,9 @@ checked against what the store honours; `validate_only` creates nothing.
 
 A name given more than once in one request is not created: it gets one result,
 INVALID_REQUEST, as in Kafka (whose response has one entry per name). A manual replica
-assignment is checked as Kafka's controller does (see `assigned_partitions`)."""
+assignment is checked as Kafka's controller does (see `assigned_partitions`); it gives the
+partition count and replication factor, so a request that also sets either (other than -1)
+is INVALID_REQUEST with the controller's message, and nothing is created."""
 
 from __future__ import annotations
 
@@ -56,6 +58,16 @@ def assigned_partitions(assignments: list[Any], brokers: set[int]) -> int:
     return len(seen)
 
 
+def _check_assignment_alone(topic: Any) -> None:
+    """Raise TopicError(INVALID_REQUEST) as Kafka's controller does when a topic with a manual
+    replica assignment also sets a replication factor or partition count (in its order)."""
+    for value, what in ((topic.replication_factor, "replication factor"),
+                        (topic.num_partitions, "numPartitions")):
+        if value != -1:
+            raise TopicError(ErrorCode.INVALID_REQUEST, "A manual partition assignment was "
+                             f"specified, but {what} was not -1.")
+
+
 async def handle(ctx: Context, req: Any) -> Any:
     topics = ctx.broker.topics
     counts = Counter(t.name for t in req.topics)
@@ -71,6 +83,8 @@ async def handle(ctx: Context, req: Any) -> Any:
             continue
         code, message = ErrorCode.NONE, None
         try:
+            if t.assignments:
+                _check_assignment_alone(t)
             if t.replication_factor not in (-1, 1):
                 raise TopicError(ErrorCode.INVALID_REPLICATION_FACTOR,
                                  f"replication factor {t.replication_factor} > 1 broker")
