@@ -105,16 +105,27 @@ def storage_class(meta: dict[str, Any]) -> str:
     return (meta.get("systemHeaders") or {}).get(STORAGE_CLASS_HEADER) or "STANDARD"
 
 
-_SSE_PREFIXES = ("x-amz-server-side-encryption", "x-amz-copy-source-server-side-encryption")
-_SSE_C_PREFIXES = ("x-amz-server-side-encryption-customer-",)
+# The headers that ask for encryption: SSE-S3 and SSE-KMS carry the first, SSE-C the
+# customer ones (looked up by name: every PUT and GET passes here)
+_SSE_C_HEADERS = (
+    "x-amz-server-side-encryption-customer-algorithm",
+    "x-amz-server-side-encryption-customer-key",
+)
+_SSE_HEADERS = (
+    "x-amz-server-side-encryption",
+    "x-amz-server-side-encryption-aws-kms-key-id",
+    *_SSE_C_HEADERS,
+    "x-amz-copy-source-server-side-encryption-customer-algorithm",
+    "x-amz-copy-source-server-side-encryption-customer-key",
+)
 
 
 def refuse_encryption(headers: dict[str, str]) -> None:
     """NotImplemented if a write asks for server-side encryption (SSE-S3, SSE-KMS, SSE-C).
     crossbeat stores data unencrypted: storing it anyway would break the writer's
     expectation, and for SSE-C would serve the object to readers without the key."""
-    for name in headers:
-        if name.startswith(_SSE_PREFIXES):
+    for name in _SSE_HEADERS:
+        if name in headers:
             raise S3Error("NotImplemented", "Server-side encryption is not implemented by "
                           "crossbeat; nothing was stored.", extra={"Header": name})
 
@@ -130,8 +141,8 @@ def require_length(headers: dict[str, str]) -> None:
 def refuse_customer_key(headers: dict[str, str]) -> None:
     """A read naming an SSE-C key: no object here is encrypted with one (AWS's answer for
     an object stored without SSE-C)."""
-    for name in headers:
-        if name.startswith(_SSE_C_PREFIXES):
+    for name in _SSE_C_HEADERS:
+        if name in headers:
             raise S3Error("InvalidRequest", "The encryption parameters are not applicable to this object.")
 
 
