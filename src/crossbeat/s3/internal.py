@@ -21,7 +21,9 @@ All need admin credentials (checked by the router). Bodies and answers are JSON.
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import threading
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -34,6 +36,7 @@ from crossbeat.s3.errors import S3Error
 from crossbeat.s3.http import Request, Response
 from crossbeat.s3.internal_batch import batch_read, batch_replica, batch_update, unreferenced
 from crossbeat.s3.replication import global_status
+from crossbeat.s3.version_check import check_version
 
 if TYPE_CHECKING:
     from crossbeat.s3.gateway import Gateway
@@ -46,11 +49,26 @@ def json_response(doc: Any, status: int = 200) -> Response:
     return Response(status=status, headers={"content-type": "application/json"}, body=orjson.dumps(doc))
 
 
-def _int(q: dict[str, str], name: str, default: int) -> int:
-    try:
-        return int(q.get(name, default))
-    except ValueError as exc:
-        raise S3Error("InvalidArgument", f"{name} must be an integer") from exc
+MAX_SEQ = 2**63 - 1  # journal seqs are SQLite integers
+
+
+def _int(q: dict[str, str], name: str, default: int, low: int = 0, high: int = MAX_SEQ) -> int:
+    """Query parameter `name`: decimal digits only, from `low` to `high` (InvalidArgument)."""
+    raw = q.get(name)
+    if raw is None:
+        return default
+    if not (raw.isascii() and raw.isdigit()) or not low <= int(raw) <= high:
+        raise S3Error("InvalidArgument", f"{name} must be an integer from {low} to {high}, got {raw!r}")
+    return int(raw)
+
+
+def _seconds(q: dict[str, str], name: str) -> float:
+    """Query parameter `name` in seconds (digits with an optional fraction), 0 if absent."""
+    raw = q.get(name) or "0"
+    whole, _, fraction = raw.partition(".")
+    if not (whole.isascii() and whole.isdigit() and (not fraction or (fraction.isascii() and fraction.isdigit()))):
+        raise S3Error("InvalidArgument", f"{name} must be a number of seconds, got {raw!r}")
+    return float(raw)
 
 
 async def dispatch(gw: Gateway, req: Request, p: Principal, ctx: Any, route: str) -> Response:
@@ -60,7 +78,14 @@ async def dispatch(gw: Gateway, req: Request, p: Principal, ctx: Any, route: str
         return await journal(gw, req)
     if head == "journal" and rest == "checkpoint" and m == "POST":
         await read_document(req, ctx)
-        await gw.run(gw.store.set_checkpoint, req.query.get("consumer", "default"), _int(req.query, "seq", 0))
+        # a consumer must name itself: a stray call must not move another's retention mark
+        consumer = req.query.get("consumer", "")
+        if not consumer.strip():
+            raise S3Error("InvalidArgument", "consumer (this reader's name) is required")
+        seq = _int(req.query, "seq", -1)
+        if seq < 0:
+            raise S3Error("InvalidArgument", "seq (the last seq this consumer has handled) is required")
+        await gw.run(gw.store.set_checkpoint, consumer, seq)
         return Response(status=204)
     if head == "metadata" and rest:
         bucket, _, key = rest.partition("/")
@@ -75,9 +100,9 @@ async def dispatch(gw: Gateway, req: Request, p: Principal, ctx: Any, route: str
         bucket, _, key = rest.partition("/")
         return await put_replica(gw, req, ctx, bucket, key)
     if head == "batchDelete" and m == "POST":
-        doc = orjson.loads(await read_document(req, ctx) or b"{}")
-        await gw.free([{"location": doc.get("locations") or []}])
-        return json_response({"deleted": len(doc.get("locations") or [])})
+        locations = _locations(await read_document(req, ctx))
+        await gw.free([{"location": locations}])
+        return json_response({"deleted": len(locations)})
     if head in ("batchRead", "batchReplica", "batchUpdate") and not rest and m == "POST":
         return await BATCH_ROUTES[head](gw, req, ctx)
     if head == "replication" and rest == "failed" and m == "GET":
@@ -87,23 +112,64 @@ async def dispatch(gw: Gateway, req: Request, p: Principal, ctx: Any, route: str
     raise S3Error("MethodNotAllowed", f"no internal route {m} {route}")
 
 
-def wait_journal(gw: Gateway, after: int, wait: float) -> None:
-    """Block until an entry after `after` exists, `wait` seconds pass or the gateway closes."""
-    deadline = time.monotonic() + wait
-    while not gw.closing:
+def wait_journal(gw: Gateway, after: int, deadline: float, cancel: threading.Event) -> None:
+    """Block until an entry after `after` exists, the monotonic `deadline` passes, `cancel`
+    is set (the client went away) or the gateway closes. The deadline dates from the
+    request's arrival: a poll that waited for a free thread waits only what is left."""
+    while not gw.closing and not cancel.is_set():
         remaining = deadline - time.monotonic()
-        if remaining <= 0 or gw.store.wait_journal(after, min(1.0, remaining)):
+        if remaining <= 0 or gw.store.wait_journal(after, min(0.25, remaining)):
             return
+
+
+async def _disconnected(req: Request) -> None:
+    """Return once the client has gone away (its request has no more body to give)."""
+    while (await req.receive())["type"] != "http.disconnect":
+        pass
+
+
+async def _long_poll(gw: Gateway, req: Request, after: int, deadline: float) -> None:
+    """Wait for entries after `after` on a polling thread, giving the thread back as soon
+    as the client hangs up; ConnectionError then (nobody is left to answer)."""
+    cancel = threading.Event()
+    waiting = asyncio.ensure_future(gw.run_wait(wait_journal, gw, after, deadline, cancel))
+    gone = asyncio.ensure_future(_disconnected(req))
+    try:
+        await asyncio.wait((waiting, gone), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        gone.cancel()
+        if not waiting.done():
+            cancel.set()
+    if not waiting.done():
+        raise ConnectionError("the journal reader went away")
+    waiting.result()
+
+
+def _locations(body: bytes) -> list[dict[str, Any]]:
+    """batchDelete's `{"locations": [{location, dataKey, ...}, ...]}`; MalformedJSON else."""
+    try:
+        doc = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        doc = None
+    locations = doc.get("locations") if isinstance(doc, dict) else None
+    if not isinstance(locations, list) or not all(
+        isinstance(loc, dict) and isinstance(loc.get("location"), str) and isinstance(loc.get("dataKey"), str)
+        for loc in locations
+    ):
+        raise S3Error("MalformedJSON", 'body must be {"locations": [{"location": ..., "dataKey": ...}, ...]}',
+                      status=400)
+    return locations
 
 
 async def journal(gw: Gateway, req: Request) -> Response:
     after = _int(req.query, "after", 0)
-    limit = max(1, min(_int(req.query, "limit", 1000), 10_000))
-    wait = min(float(req.query.get("wait", "0") or 0), MAX_WAIT)
+    limit = min(_int(req.query, "limit", 1000, low=1), 10_000)
+    wait = min(_seconds(req.query, "wait"), MAX_WAIT)
+    deadline = time.monotonic() + wait
     try:
         entries = await gw.run(gw.store.read_journal, after, limit)
         if not entries and wait > 0:
-            await gw.run_wait(wait_journal, gw, after, wait)
+            await _long_poll(gw, req, after, deadline)
             entries = await gw.run(gw.store.read_journal, after, limit)
     except JournalTruncated as exc:
         return json_response(
@@ -124,9 +190,12 @@ async def get_metadata(gw: Gateway, req: Request, bucket: str, key: str) -> Resp
 async def put_metadata(gw: Gateway, req: Request, ctx: Any, bucket: str, key: str) -> Response:
     try:
         doc = orjson.loads(await read_document(req, ctx))
+        if not isinstance(doc, dict) or not isinstance(doc["metadata"], dict):
+            raise TypeError("not an object")
         meta = dict(doc["metadata"])
     except (orjson.JSONDecodeError, KeyError, TypeError) as exc:
         raise S3Error("MalformedJSON", "body must be {\"metadata\": {...}, ...}", status=400) from exc
+    check_version(meta)
     version_id = req.query.get("versionId") or meta.get("versionId")
     if not version_id:
         raise S3Error("InvalidArgument", "versionId is required")
@@ -140,11 +209,12 @@ async def put_metadata(gw: Gateway, req: Request, ctx: Any, bucket: str, key: st
         await gw.free(unreferenced(displaced, meta))
         stored = await gw.run(gw.store.get_version, bucket, key, version_id)
         return json_response(stored)
-    if "expectedRevision" not in doc:
-        raise S3Error("InvalidArgument", "expectedRevision or create is required")
+    expected = doc.get("expectedRevision")
+    if isinstance(expected, bool) or not isinstance(expected, int):
+        raise S3Error("InvalidArgument", "expectedRevision (an integer) or create is required")
     try:
         stored = await gw.run(
-            gw.store.update_version, bucket, key, version_id, meta, expected_revision=int(doc["expectedRevision"])
+            gw.store.update_version, bucket, key, version_id, meta, expected_revision=expected
         )
     except NoSuchVersion:
         return json_response({"error": "NoSuchVersion"}, status=404)
@@ -159,7 +229,10 @@ async def put_data(gw: Gateway, req: Request, ctx: Any, bucket_name: str) -> Res
     bucket = await gw.run(gw.store.get_bucket, bucket_name)
     if bucket is None:
         return json_response({"error": "NoSuchBucket", "bucket": bucket_name}, status=404)
-    repo = gw.repository(req.query["location"]) if "location" in req.query else gw.location_for(bucket)
+    location = req.query.get("location")
+    if location is not None and location not in gw.repositories:
+        raise S3Error("InvalidArgument", f"no data location {location!r}")
+    repo = gw.repository(location) if location is not None else gw.location_for(bucket)
     # md5=0: the caller (a part of a large replica) checks the bytes with a flexible
     # checksum instead; MD5 is the slowest hash on the data path.
     want_md5 = req.query.get("md5", "1") != "0"
@@ -179,6 +252,7 @@ async def put_replica(gw: Gateway, req: Request, ctx: Any, bucket_name: str, key
     version_id = req.query.get("versionId") or meta.get("versionId")
     if not version_id or not meta.get("sortKey"):
         raise S3Error("InvalidArgument", "a replica needs its versionId and sortKey")
+    check_version(meta, data_given=True)
     meta.update({"bucket": bucket_name, "key": key, "versionId": version_id})
     bucket = await gw.run(gw.store.get_bucket, bucket_name)
     if bucket is None:

@@ -38,6 +38,7 @@ from crossbeat.s3.auth import AuthContext
 from crossbeat.s3.datapath import _write_whole, read_document, read_range_sync
 from crossbeat.s3.errors import S3Error
 from crossbeat.s3.http import Request, Response
+from crossbeat.s3.version_check import check_version
 
 if TYPE_CHECKING:
     from crossbeat.s3.gateway import Gateway
@@ -161,6 +162,7 @@ def _replica(item: dict[str, Any]) -> tuple[dict[str, Any], bytes]:
     for field in ("bucket", "key", "versionId", "sortKey"):
         if not isinstance(meta.get(field), str) or not meta[field]:
             raise S3Error("InvalidArgument", f"a replica needs its {field}")
+    check_version(meta, data_given=True)
     try:
         data = base64.b64decode(item.get("data") or "", validate=True)
     except (binascii.Error, ValueError, TypeError) as exc:
@@ -228,6 +230,7 @@ async def batch_update(gw: Gateway, req: Request, ctx: AuthContext) -> Response:
             raise S3Error("InvalidArgument", "each update needs metadata and an integer expectedRevision")
         if not all(isinstance(meta.get(f), str) and meta[f] for f in ("bucket", "key", "versionId")):
             raise S3Error("InvalidArgument", "each update's metadata needs bucket, key and versionId")
+        check_version(meta)
         updates.append((meta, expected))
     stored = await gw.run(gw.store.update_versions, updates)
     results: list[dict[str, Any]] = []
