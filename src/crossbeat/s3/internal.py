@@ -36,7 +36,7 @@ from crossbeat.s3.errors import S3Error
 from crossbeat.s3.http import Request, Response
 from crossbeat.s3.internal_batch import batch_read, batch_replica, batch_update, unreferenced
 from crossbeat.s3.replication import global_status
-from crossbeat.s3.version_check import check_version
+from crossbeat.s3.version_check import as_replica, check_version
 
 if TYPE_CHECKING:
     from crossbeat.s3.gateway import Gateway
@@ -205,6 +205,7 @@ async def put_metadata(gw: Gateway, req: Request, ctx: Any, bucket: str, key: st
     if doc.get("create"):
         if not meta.get("sortKey"):
             raise S3Error("InvalidArgument", "a created version needs its sortKey")
+        as_replica(meta)
         displaced = await gw.run(gw.store.put_version, meta)
         await gw.free(unreferenced(displaced, meta))
         stored = await gw.run(gw.store.get_version, bucket, key, version_id)
@@ -253,6 +254,7 @@ async def put_replica(gw: Gateway, req: Request, ctx: Any, bucket_name: str, key
     if not version_id or not meta.get("sortKey"):
         raise S3Error("InvalidArgument", "a replica needs its versionId and sortKey")
     check_version(meta, data_given=True)
+    as_replica(meta)
     meta.update({"bucket": bucket_name, "key": key, "versionId": version_id})
     bucket = await gw.run(gw.store.get_bucket, bucket_name)
     if bucket is None:

@@ -38,7 +38,7 @@ from crossbeat.s3.auth import AuthContext
 from crossbeat.s3.datapath import _write_whole, read_document, read_range_sync
 from crossbeat.s3.errors import S3Error
 from crossbeat.s3.http import Request, Response
-from crossbeat.s3.version_check import check_version
+from crossbeat.s3.version_check import as_replica, check_version
 
 if TYPE_CHECKING:
     from crossbeat.s3.gateway import Gateway
@@ -163,6 +163,7 @@ def _replica(item: dict[str, Any]) -> tuple[dict[str, Any], bytes]:
         if not isinstance(meta.get(field), str) or not meta[field]:
             raise S3Error("InvalidArgument", f"a replica needs its {field}")
     check_version(meta, data_given=True)
+    as_replica(meta)
     try:
         data = base64.b64decode(item.get("data") or "", validate=True)
     except (binascii.Error, ValueError, TypeError) as exc:

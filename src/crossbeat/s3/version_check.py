@@ -51,3 +51,19 @@ def check_version(meta: dict[str, Any], *, data_given: bool = False) -> None:
         raise _bad("location", "must be a list of {location, dataKey, ...} data locations")
     if size and not location:
         raise _bad("location", "is empty for an object with data")
+
+
+def as_replica(meta: dict[str, Any]) -> None:
+    """Mark a version written by a replica route (metadata create, replica, batchReplica)
+    as a replica: replicationInfo status REPLICA, whatever the caller sent, so that a
+    destination never treats it as its own new object to replicate (PENDING) or shows no
+    status at all. The other replicationInfo fields are kept (filled when absent)."""
+    given = meta.get("replicationInfo")
+    info = dict(given) if isinstance(given, dict) else {}
+    info["status"] = "REPLICA"
+    info.setdefault("role", "")
+    info.setdefault("storageClass", "")
+    info.setdefault("content", [])
+    info.setdefault("backends", [])
+    info.setdefault("preferredRead", "")
+    meta["replicationInfo"] = info

@@ -131,3 +131,29 @@ def test_a_long_poll_whose_client_hangs_up_frees_its_thread(gateway: Service) ->
     r = signed("GET", f"{gateway.url}/_/crossbeat/journal?after={far}&wait=1")
     assert r.status_code == 200 and r.text == ""
     assert time.monotonic() - started < 10
+
+
+def test_a_version_written_by_a_replica_route_is_a_replica(gateway: Service, s3: Any, bucket: str) -> None:
+    """Whatever status the caller sends (none, or PENDING, which would have the destination
+    replicate it again), a version created through metadata create or replica is REPLICA."""
+    url = gateway.url
+    s3.put_object(Bucket=bucket, Key="src", Body=b"payload")
+    meta = signed("GET", f"{url}/_/crossbeat/metadata/{bucket}/src?versionId=null").json()
+    data = signed("PUT", f"{url}/_/crossbeat/data/{bucket}/plain", b"payload").json()
+    plain = {k: v for k, v in meta.items() if k != "replicationInfo"}
+    plain.update(key="plain", versionId="v-plain", sortKey="0" * 26, location=data["location"])
+    r = signed("PUT", f"{url}/_/crossbeat/metadata/{bucket}/plain?versionId=v-plain",
+               json.dumps({"metadata": plain, "create": True}).encode())
+    assert r.status_code == 200, r.text
+    pending = dict(plain, key="pending", versionId="v-pending",
+                   replicationInfo={"status": "PENDING", "role": "", "storageClass": "b", "content": [],
+                                    "backends": [{"site": "b", "status": "PENDING"}], "preferredRead": ""})
+    import base64
+
+    header = base64.urlsafe_b64encode(json.dumps(pending).encode()).decode()
+    r = signed("PUT", f"{url}/_/crossbeat/replica/{bucket}/pending?versionId=v-pending", b"payload",
+               headers={"x-amz-crossbeat-metadata": header})
+    assert r.status_code == 200, r.text
+    for key in ("plain", "pending"):
+        head = s3.head_object(Bucket=bucket, Key=key)
+        assert head["ReplicationStatus"] == "REPLICA", key
