@@ -43,6 +43,12 @@ if TYPE_CHECKING:
 
 MAX_WAIT = 30.0
 BATCH_ROUTES = {"batchRead": batch_read, "batchReplica": batch_replica, "batchUpdate": batch_update}
+# every internal route: an unknown one is 404, a known one asked with the wrong method 405
+_ROUTES = frozenset({
+    ("journal", ""), ("journal", "checkpoint"), ("batchDelete", ""), ("replication", "failed"),
+    ("replication", "retry"), *((name, "") for name in BATCH_ROUTES),
+})
+_OBJECT_ROUTES = frozenset({"metadata", "data", "replica"})  # followed by bucket/key
 
 
 def json_response(doc: Any, status: int = 200) -> Response:
@@ -74,6 +80,8 @@ def _seconds(q: dict[str, str], name: str) -> float:
 async def dispatch(gw: Gateway, req: Request, p: Principal, ctx: Any, route: str) -> Response:
     head, _, rest = route.partition("/")
     m = req.method
+    if (head, rest) not in _ROUTES and not (head in _OBJECT_ROUTES and rest):
+        return json_response({"error": "NoSuchRoute", "route": route}, status=404)
     if head == "journal" and not rest and m == "GET":
         return await journal(gw, req)
     if head == "journal" and rest == "checkpoint" and m == "POST":

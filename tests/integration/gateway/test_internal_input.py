@@ -157,3 +157,16 @@ def test_a_version_written_by_a_replica_route_is_a_replica(gateway: Service, s3:
     for key in ("plain", "pending"):
         head = s3.head_object(Bucket=bucket, Key=key)
         assert head["ReplicationStatus"] == "REPLICA", key
+
+
+@pytest.mark.parametrize(
+    ("method", "route", "status"),
+    [("GET", "nosuch", 404), ("GET", "JOURNAL", 404), ("GET", "journal/nosuch", 404),
+     ("POST", "batchDelete/x", 404), ("GET", "replication/nosuch", 404), ("GET", "metadata", 404),
+     ("DELETE", "journal", 405), ("GET", "batchDelete", 405)],
+)
+def test_unknown_internal_routes_are_404_and_wrong_methods_405(
+    gateway: Service, method: str, route: str, status: int
+) -> None:
+    r = signed(method, f"{gateway.url}/_/crossbeat/{route}")
+    assert r.status_code == status, (r.status_code, r.text)
