@@ -189,9 +189,14 @@ async def journal(gw: Gateway, req: Request) -> Response:
 
 
 async def get_metadata(gw: Gateway, req: Request, bucket: str, key: str) -> Response:
-    meta = await gw.run(gw.store.get_version, bucket, key, req.query.get("versionId"))
+    version_id = req.query.get("versionId")
+    meta = await gw.run(gw.store.get_version, bucket, key, version_id)
     if meta is None:
-        return json_response({"error": "NoSuchKey", "bucket": bucket, "key": key}, status=404)
+        # the same names the PUT of this route answers with
+        if await gw.run(gw.store.get_bucket, bucket) is None:
+            return json_response({"error": "NoSuchBucket", "bucket": bucket}, status=404)
+        error = "NoSuchVersion" if version_id is not None else "NoSuchKey"
+        return json_response({"error": error, "bucket": bucket, "key": key}, status=404)
     return json_response(meta)
 
 

@@ -170,3 +170,11 @@ def test_unknown_internal_routes_are_404_and_wrong_methods_405(
 ) -> None:
     r = signed(method, f"{gateway.url}/_/crossbeat/{route}")
     assert r.status_code == status, (r.status_code, r.text)
+
+
+def test_metadata_get_names_what_is_missing(gateway: Service, s3: Any, bucket: str) -> None:
+    s3.put_object(Bucket=bucket, Key="k", Body=b"x")
+    for path, error in ((f"nosuchbucket-{bucket}/k", "NoSuchBucket"), (f"{bucket}/nokey", "NoSuchKey"),
+                        (f"{bucket}/k?versionId=nosuch", "NoSuchVersion")):
+        r = signed("GET", f"{gateway.url}/_/crossbeat/metadata/{path}")
+        assert r.status_code == 404 and r.json()["error"] == error, (path, r.text)
