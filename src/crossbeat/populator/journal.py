@@ -16,6 +16,19 @@ class JournalError(CrossbeatError):
     """The gateway answered a journal request with an unexpected status."""
 
 
+class JournalAhead(JournalError):
+    """Our checkpoint is past the gateway's last entry: it keeps another journal (its data
+    dir was replaced, or this is another gateway). No retry can fix that."""
+
+    def __init__(self, after: int, last_seq: int) -> None:
+        super().__init__(
+            f"checkpoint seq {after} is beyond the gateway journal's last entry ({last_seq}): "
+            "the gateway's metadata is not the one this populator followed"
+        )
+        self.after = after
+        self.last_seq = last_seq
+
+
 class TruncatedJournal(JournalError):
     """Entries after the requested seq were dropped by retention: a gap we cannot fill."""
 
@@ -62,6 +75,8 @@ class JournalClient:
         if resp.status_code == 410:
             body = resp.json()
             raise TruncatedJournal(after, int(body.get("firstAvailable", -1)))
+        if resp.status_code == 409 and resp.json().get("error") == "AheadOfJournal":
+            raise JournalAhead(after, int(resp.json().get("lastSeq", -1)))
         if resp.status_code != 200:
             raise JournalError(f"journal read failed: HTTP {resp.status_code}: {resp.text[:300]}")
         return [line for line in resp.content.splitlines() if line.strip()]

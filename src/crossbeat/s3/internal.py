@@ -176,6 +176,16 @@ async def journal(gw: Gateway, req: Request) -> Response:
     deadline = time.monotonic() + wait
     try:
         entries = await gw.run(gw.store.read_journal, after, limit)
+        if not entries:
+            # A reader past the last entry follows some other journal (the data dir was
+            # replaced, or it was pointed at another gateway): waiting would never end.
+            last = await gw.run(gw.store.last_seq)
+            if after > last:
+                return json_response({
+                    "error": "AheadOfJournal", "lastSeq": last,
+                    "message": f"after={after} is beyond this journal's last entry ({last}): "
+                               "the reader has followed a different journal",
+                }, status=409)
         if not entries and wait > 0:
             await _long_poll(gw, req, after, deadline)
             entries = await gw.run(gw.store.read_journal, after, limit)

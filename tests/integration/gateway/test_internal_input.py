@@ -113,7 +113,7 @@ def test_a_long_poll_whose_client_hangs_up_frees_its_thread(gateway: Service) ->
     from tests.support.gateway import ROOT_AK, ROOT_SK
 
     url = urlsplit(gateway.url)
-    far = 2**62
+    far = _last_seq(gateway.url)  # the end: nothing comes while the test runs
     path = f"/_/crossbeat/journal?after={far}&wait=30"
     req = AWSRequest(method="GET", url=f"{gateway.url}{path}")
     S3SigV4Auth(Credentials(ROOT_AK, ROOT_SK), "s3", "us-east-1").add_auth(req)
@@ -178,3 +178,27 @@ def test_metadata_get_names_what_is_missing(gateway: Service, s3: Any, bucket: s
                         (f"{bucket}/k?versionId=nosuch", "NoSuchVersion")):
         r = signed("GET", f"{gateway.url}/_/crossbeat/metadata/{path}")
         assert r.status_code == 404 and r.json()["error"] == error, (path, r.text)
+
+
+def test_a_reader_ahead_of_the_journal_is_told(gateway: Service) -> None:
+    """A reader past the last entry follows another journal (a replaced data dir): it gets a
+    409 naming the last seq at once, instead of waiting for entries that never come."""
+    last = _last_seq(gateway.url)
+    started = time.monotonic()
+    r = signed("GET", f"{gateway.url}/_/crossbeat/journal?after={last + 5}&wait=20")
+    assert r.status_code == 409 and r.json()["error"] == "AheadOfJournal"
+    assert r.json()["lastSeq"] >= last and time.monotonic() - started < 10
+    assert signed("GET", f"{gateway.url}/_/crossbeat/journal?after={last}").status_code == 200
+
+
+def test_the_populators_journal_client_raises_journal_ahead(gateway: Service) -> None:
+    from crossbeat.populator.auth import SigV4HttpxAuth
+    from crossbeat.populator.journal import JournalAhead, JournalClient
+    from tests.support.gateway import ROOT_AK, ROOT_SK
+
+    client = JournalClient(gateway.url, SigV4HttpxAuth(ROOT_AK, ROOT_SK))
+    last = _last_seq(gateway.url)
+    assert client.read(last, 10) == []
+    with pytest.raises(JournalAhead) as exc:
+        client.read(last + 1, 10, wait=5)
+    assert exc.value.last_seq >= last

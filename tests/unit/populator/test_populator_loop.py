@@ -8,7 +8,7 @@ from collections.abc import Iterable
 import pytest
 
 from crossbeat.populator import Extension, ExtensionContext, JournalEntry, Message, message_key
-from crossbeat.populator.journal import TruncatedJournal
+from crossbeat.populator.journal import JournalAhead, TruncatedJournal
 from crossbeat.populator.publisher import PublishError
 from crossbeat.populator.service import Populator
 
@@ -190,3 +190,12 @@ def test_run_stops_on_a_truncated_journal() -> None:
 
     with pytest.raises(TruncatedJournal):
         make(Truncated(1), Sink(), Store()).run(threading.Event())
+
+
+def test_run_stops_on_a_journal_behind_its_checkpoint() -> None:
+    class Behind(Journal):
+        def read(self, after: int, limit: int, wait: float = 0.0) -> list[JournalEntry]:
+            raise JournalAhead(after, 3)
+
+    with pytest.raises(JournalAhead):
+        make(Behind(1), Sink(), Store()).run(threading.Event())
