@@ -30,8 +30,10 @@ def load_toml(path: str | Path | None) -> dict[str, Any]:
             return tomllib.load(fh)
     except FileNotFoundError as exc:
         raise ConfigError(f"config file not found: {p}") from exc
-    except tomllib.TOMLDecodeError as exc:
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(f"config file {p} is not valid TOML: {exc}") from exc
+    except OSError as exc:  # a directory, unreadable, ...
+        raise ConfigError(f"cannot read config file {p}: {exc.strerror or exc}") from exc
 
 
 def section_settings(model: type[M], document: dict[str, Any], section: str, **overrides: Any) -> M:
@@ -41,7 +43,10 @@ def section_settings(model: type[M], document: dict[str, Any], section: str, **o
     the file's section, the model's defaults. Overrides whose value is None are ignored, so
     an unset CLI flag falls through to the environment, then to the file.
     """
-    data = dict(document.get(section, {}))
+    raw = document.get(section, {})
+    if not isinstance(raw, dict):
+        raise ConfigError(f"[{section}] must be a table of settings, got {type(raw).__name__} {raw!r}")
+    data = dict(raw)
     try:
         if issubclass(model, BaseSettings):
             # pydantic-settings ranks init arguments above the environment, and the file's

@@ -11,6 +11,7 @@ import click
 
 from crossbeat.broker.server import run_broker
 from crossbeat.broker.settings import BrokerSettings
+from crossbeat.cli.datadir_lock import hold_data_dir
 from crossbeat.config import load_toml, section_settings
 from crossbeat.errors import ConfigError
 
@@ -34,6 +35,7 @@ def broker(data_dir: Path | None, listen: str | None, advertise: str | None,
                                     data_dir=data_dir, listen=listen, advertise=advertise)
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from exc
+    _lock = hold_data_dir(settings.data_dir, "broker")  # held while we serve
     asyncio.run(_serve(settings))
 
 

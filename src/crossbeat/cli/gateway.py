@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from crossbeat.cli.datadir_lock import hold_data_dir
 from crossbeat.config import load_toml, section_settings
 from crossbeat.errors import CrossbeatError
 
@@ -37,6 +38,8 @@ def gateway(
             GatewaySettings, load_toml(config_file), "gateway",
             data_dir=data_dir, listen=listen, tls_cert=tls_cert, tls_key=tls_key, site=site,
         )
+        _check_tls(settings.tls_cert, settings.tls_key)
+        _lock = hold_data_dir(Path(settings.data_dir), "gateway")  # held while we serve
         root, generated = root_principal(settings)
     except (CrossbeatError, OSError, ValueError) as exc:
         raise click.ClickException(str(exc)) from exc
@@ -52,3 +55,19 @@ def gateway(
     except (CrossbeatError, OSError, ValueError) as exc:
         raise click.ClickException(str(exc)) from exc
     raise SystemExit(code)
+
+
+def _check_tls(cert: Path | None, key: Path | None) -> None:
+    """Both or neither, and loadable, before anything is announced: a certificate without
+    its key served plain http, and a bad pair was found only by the workers, after
+    "listening on https://" had been printed."""
+    if cert is None and key is None:
+        return
+    if cert is None or key is None:
+        raise click.ClickException("--tls-cert and --tls-key (tls_cert, tls_key) go together")
+    import ssl
+
+    try:
+        ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(str(cert), str(key))
+    except (OSError, ssl.SSLError) as exc:
+        raise click.ClickException(f"cannot use TLS certificate {cert} with key {key}: {exc}") from exc

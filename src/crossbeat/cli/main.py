@@ -8,8 +8,12 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import os
+import sys
 
 import click
+
+from crossbeat.errors import CrossbeatError
 
 # name -> "module:attribute" of a click command or group
 SUBCOMMANDS: dict[str, str] = {
@@ -52,5 +56,30 @@ def cli() -> None:
 
 
 def main() -> None:
-    """Console-script entry point."""
-    cli()
+    """Console-script entry point. Errors of the environment (a file or directory that cannot
+    be used, an address in use, a configuration that is wrong) end the command with a
+    one-line `Error:` and exit status 1, as click's own usage errors do, not a traceback;
+    CROSSBEAT_DEBUG=1 shows the traceback."""
+    try:
+        code = cli(standalone_mode=False)  # click's ctx.exit(n) comes back as n
+    except click.exceptions.Abort:
+        click.echo("Aborted!", err=True)
+        sys.exit(1)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except (OSError, CrossbeatError, UnicodeError) as exc:
+        if os.environ.get("CROSSBEAT_DEBUG"):
+            raise
+        click.echo(f"Error: {_describe(exc)}", err=True)
+        sys.exit(1)
+    if isinstance(code, int) and code:
+        sys.exit(code)
+
+
+def _describe(exc: BaseException) -> str:
+    """The error in one line, naming the file or address it concerns."""
+    if isinstance(exc, OSError) and exc.strerror:
+        where = exc.filename if exc.filename is not None else ""
+        return f"{exc.strerror}: {where}" if where else str(exc)
+    return str(exc) or type(exc).__name__

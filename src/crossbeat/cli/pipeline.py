@@ -35,6 +35,11 @@ def pipeline(names: tuple[str, ...], config_path: Path | None, master: str | Non
         rs = section_settings(ReplicationSettings, doc.get("extensions", {}), "replication")
     except CrossbeatError as exc:
         raise click.ClickException(str(exc)) from exc
+    names = tuple(dict.fromkeys(names))  # a name given twice is one pipeline
+    if "replication" in names and not rs.sites:
+        raise click.ClickException(
+            "the replication pipeline has no destination: configure [extensions.replication.sites.NAME]"
+        )
     from crossbeat.spark.pipelines import run_pipelines
     from crossbeat.spark.session import build_session
 

@@ -25,6 +25,8 @@ import click
 from pydantic import SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from crossbeat.cli.datadir_lock import hold_data_dir
+
 READY_MARKERS = ("listening on", " ready")
 
 
@@ -111,8 +113,13 @@ def _credentials(data_dir: Path) -> tuple[str, str, bool]:
         return env.access_key, env.secret_key.get_secret_value(), False
     path = data_dir / "credentials.json"
     if path.exists():
-        doc = json.loads(path.read_text())
-        return doc["access_key"], doc["secret_key"], False
+        try:
+            doc = json.loads(path.read_text())
+            return str(doc["access_key"]), str(doc["secret_key"]), False
+        except (ValueError, KeyError, TypeError) as exc:
+            raise click.ClickException(
+                f"{path} is damaged ({exc!r}): restore it, or remove it to generate new credentials"
+            ) from exc
     ak = "CB" + secrets.token_hex(9).upper()
     sk = secrets.token_urlsafe(30)
     data_dir.mkdir(parents=True, exist_ok=True)
@@ -183,6 +190,7 @@ Ctrl-C stops everything; run `crossbeat up` again to resume.
 def up(data_dir: Path, port_base: int, master: str) -> None:
     """Start two sites, the broker, the populator and the replication pipelines."""
     data_dir = data_dir.resolve()
+    _lock = hold_data_dir(data_dir, "up")  # before crossbeat.toml is rewritten
     ak, sk, generated = _credentials(data_dir)
     cfg = _config(data_dir, port_base)
     env = {**os.environ, "CROSSBEAT_ACCESS_KEY": ak, "CROSSBEAT_SECRET_KEY": sk,

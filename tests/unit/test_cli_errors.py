@@ -1,0 +1,72 @@
+"""The CLI on a bad environment: a one-line `Error:` naming the file, address or setting,
+exit status 1, no traceback, nothing started; and one server per data directory."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.support.procs import start_service
+
+ENV = {**os.environ, "CROSSBEAT_ACCESS_KEY": "a", "CROSSBEAT_SECRET_KEY": "b"}
+ENV.pop("CROSSBEAT_DEBUG", None)
+
+
+def crossbeat(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "crossbeat", *args], cwd=cwd, env=ENV,
+                          capture_output=True, text=True, timeout=60)
+
+
+def assert_error(result: subprocess.CompletedProcess[str], *words: str) -> None:
+    assert result.returncode == 1, (result.returncode, result.stdout, result.stderr)
+    assert "Traceback" not in result.stderr, result.stderr
+    assert result.stderr.startswith("Error: "), result.stderr
+    for word in words:
+        assert word in result.stderr, (word, result.stderr)
+
+
+def test_a_data_dir_under_a_file(tmp_path: Path) -> None:
+    (tmp_path / "afile").write_text("x")
+    assert_error(crossbeat("broker", "--data-dir", "afile/sub", "--listen", "127.0.0.1:0", cwd=tmp_path),
+                 "Not a directory", "afile/sub")
+
+
+def test_a_config_that_is_not_toml_text_or_not_a_table(tmp_path: Path) -> None:
+    (tmp_path / "bin.toml").write_bytes(b"\x00\xff")
+    assert_error(crossbeat("broker", "--config", "bin.toml", cwd=tmp_path), "bin.toml", "not valid TOML")
+    (tmp_path / "flat.toml").write_text("gateway = 5\n")
+    assert_error(crossbeat("gateway", "--data-dir", "d", "--config", "flat.toml", cwd=tmp_path),
+                 "[gateway] must be a table")
+    assert not (tmp_path / "d").exists()
+
+
+def test_tls_needs_a_loadable_certificate_and_key(tmp_path: Path) -> None:
+    (tmp_path / "cert.pem").write_text("not a certificate")
+    assert_error(crossbeat("gateway", "--data-dir", "d", "--listen", "127.0.0.1:0", "--tls-cert", "cert.pem",
+                           cwd=tmp_path), "--tls-key")
+    result = crossbeat("gateway", "--data-dir", "d", "--listen", "127.0.0.1:0", "--tls-cert", "cert.pem",
+                       "--tls-key", "cert.pem", cwd=tmp_path)
+    assert_error(result, "cert.pem")
+    assert "listening" not in result.stdout
+
+
+def test_the_replication_pipeline_needs_a_destination(tmp_path: Path) -> None:
+    assert_error(crossbeat("pipeline", "replication", "--data-dir", "p", cwd=tmp_path),
+                 "[extensions.replication.sites.NAME]")
+
+
+@pytest.mark.parametrize("role", ["broker", "gateway"])
+def test_one_server_per_data_dir(tmp_path: Path, role: str) -> None:
+    first = start_service([role, "--data-dir", str(tmp_path / "d"), "--listen", "127.0.0.1:0"], env=ENV)
+    try:
+        second = crossbeat(role, "--data-dir", "d", "--listen", "127.0.0.1:0", cwd=tmp_path)
+        assert_error(second, f"in use by another {role}", f"pid {first.proc.pid}")
+    finally:
+        assert first.stop() == 0
+    # released when the holder ends
+    again = start_service([role, "--data-dir", str(tmp_path / "d"), "--listen", "127.0.0.1:0"], env=ENV)
+    assert again.stop() == 0
