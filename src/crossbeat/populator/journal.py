@@ -16,6 +16,23 @@ class JournalError(CrossbeatError):
     """The gateway answered a journal request with an unexpected status."""
 
 
+class JournalRefused(JournalError):
+    """The gateway refused our credentials: no retry can succeed until they are fixed."""
+
+
+# S3 error codes that say the credentials (not the gateway's state) are wrong
+_CREDENTIAL_ERRORS = (b"<Code>AccessDenied</Code>", b"<Code>InvalidAccessKeyId</Code>",
+                      b"<Code>SignatureDoesNotMatch</Code>", b"<Code>AuthorizationHeaderMalformed</Code>")
+
+
+def _refused(resp: httpx.Response) -> None:
+    if resp.status_code in (400, 401, 403) and any(code in resp.content for code in _CREDENTIAL_ERRORS):
+        raise JournalRefused(
+            f"the gateway refused the populator's credentials (HTTP {resp.status_code}): set "
+            f"CROSSBEAT_ACCESS_KEY / CROSSBEAT_SECRET_KEY to the gateway's admin pair; {resp.text[:200]}"
+        )
+
+
 class JournalAhead(JournalError):
     """Our checkpoint is past the gateway's last entry: it keeps another journal (its data
     dir was replaced, or this is another gateway). No retry can fix that."""
@@ -77,6 +94,7 @@ class JournalClient:
             raise TruncatedJournal(after, int(body.get("firstAvailable", -1)))
         if resp.status_code == 409 and resp.json().get("error") == "AheadOfJournal":
             raise JournalAhead(after, int(resp.json().get("lastSeq", -1)))
+        _refused(resp)
         if resp.status_code != 200:
             raise JournalError(f"journal read failed: HTTP {resp.status_code}: {resp.text[:300]}")
         return [line for line in resp.content.splitlines() if line.strip()]
@@ -85,6 +103,7 @@ class JournalClient:
         """Tell the gateway `consumer` has durably handled every entry up to `seq`."""
         query = quote_query({"consumer": consumer, "seq": seq})
         resp = self._client.post(f"{JOURNAL_PATH}/checkpoint?{query}")
+        _refused(resp)
         if resp.status_code not in (200, 204):
             raise JournalError(f"journal checkpoint failed: HTTP {resp.status_code}: {resp.text}")
 

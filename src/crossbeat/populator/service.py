@@ -20,7 +20,7 @@ import httpx
 
 from crossbeat.populator.entry import JournalEntry
 from crossbeat.populator.extension import Extension, Message
-from crossbeat.populator.journal import JournalAhead, JournalError, TruncatedJournal
+from crossbeat.populator.journal import JournalAhead, JournalError, JournalRefused, TruncatedJournal
 from crossbeat.populator.publisher import PublishError
 
 log = logging.getLogger(__name__)
@@ -129,15 +129,15 @@ class Populator:
 
         A broker or gateway that is unreachable is waited for (exponential backoff): the
         failed batch was not checkpointed, so it is read and published again. A truncated
-        journal is a gap no retry can fill, and a journal behind our checkpoint is another one:
-        both propagate (the process exits non-zero).
+        journal is a gap no retry can fill, a journal behind our checkpoint is another one, and
+        refused credentials stay refused: these propagate (the process exits non-zero).
         """
         delay = 0.5
         while not stop.is_set():
             try:
                 self.step()
                 delay = 0.5
-            except (TruncatedJournal, JournalAhead):
+            except (TruncatedJournal, JournalAhead, JournalRefused):
                 raise
             except (PublishError, JournalError, httpx.TransportError) as exc:
                 log.warning("batch after seq %s failed (%s); retrying in %.1fs", self.seq, exc, delay)

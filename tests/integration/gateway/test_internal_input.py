@@ -202,3 +202,18 @@ def test_the_populators_journal_client_raises_journal_ahead(gateway: Service) ->
     with pytest.raises(JournalAhead) as exc:
         client.read(last + 1, 10, wait=5)
     assert exc.value.last_seq >= last
+
+
+@pytest.mark.parametrize("secret", ["wrong-secret", None])
+def test_the_populators_journal_client_names_refused_credentials(gateway: Service, secret: str | None) -> None:
+    from crossbeat.populator.auth import SigV4HttpxAuth
+    from crossbeat.populator.journal import JournalClient, JournalRefused
+    from tests.support.gateway import ROOT_AK, USER_AK, USER_SK
+
+    # a wrong secret for the admin, or a user that is not the admin
+    auth = SigV4HttpxAuth(ROOT_AK, secret) if secret else SigV4HttpxAuth(USER_AK, USER_SK)
+    client = JournalClient(gateway.url, auth)
+    with pytest.raises(JournalRefused, match="CROSSBEAT_ACCESS_KEY"):
+        client.read(0, 10)
+    with pytest.raises(JournalRefused):
+        client.checkpoint("refused", 0)

@@ -8,7 +8,7 @@ from collections.abc import Iterable
 import pytest
 
 from crossbeat.populator import Extension, ExtensionContext, JournalEntry, Message, message_key
-from crossbeat.populator.journal import JournalAhead, TruncatedJournal
+from crossbeat.populator.journal import JournalAhead, JournalRefused, TruncatedJournal
 from crossbeat.populator.publisher import PublishError
 from crossbeat.populator.service import Populator
 
@@ -199,3 +199,12 @@ def test_run_stops_on_a_journal_behind_its_checkpoint() -> None:
 
     with pytest.raises(JournalAhead):
         make(Behind(1), Sink(), Store()).run(threading.Event())
+
+
+def test_run_stops_on_refused_credentials() -> None:
+    class Refusing(Journal):
+        def read(self, after: int, limit: int, wait: float = 0.0) -> list[JournalEntry]:
+            raise JournalRefused("refused")
+
+    with pytest.raises(JournalRefused):
+        make(Refusing(1), Sink(), Store()).run(threading.Event())
