@@ -47,6 +47,15 @@ def section_settings(model: type[M], document: dict[str, Any], section: str, **o
     if not isinstance(raw, dict):
         raise ConfigError(f"[{section}] must be a table of settings, got {type(raw).__name__} {raw!r}")
     data = dict(raw)
+    known = {name for name, f in model.model_fields.items()} | {
+        f.alias for f in model.model_fields.values() if f.alias
+    }
+    unknown = sorted(set(data) - known)
+    if unknown:  # a misspelt setting would otherwise be ignored without a word
+        raise ConfigError(
+            f"unknown setting{'s' if len(unknown) > 1 else ''} in [{section}]: {', '.join(unknown)} "
+            f"(known: {', '.join(sorted(model.model_fields))})"
+        )
     try:
         if issubclass(model, BaseSettings):
             # pydantic-settings ranks init arguments above the environment, and the file's

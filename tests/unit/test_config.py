@@ -66,3 +66,24 @@ def test_a_component_prefix_only_reads_its_own_variables(monkeypatch: pytest.Mon
     monkeypatch.setenv("CROSSBEAT_REGION", "from-env")  # the gateway's: the store forbids extras
     settings = section_settings(MetadataSettings, {"metadata": {"max_batch": 8}}, "metadata")
     assert settings.max_batch == 64
+
+
+def test_a_misspelt_setting_in_the_file_is_an_error_naming_it() -> None:
+    """It was ignored without a word: `chunk_sise = 5` left the chunk size at its default."""
+    with pytest.raises(ConfigError, match=r"unknown setting in \[gateway\]: chunk_sise .*chunk_size"):
+        section_settings(GatewaySettings, {"gateway": {"chunk_sise": 5}}, "gateway")
+    with pytest.raises(ConfigError, match=r"unknown settings in \[gateway\]: a, b"):
+        section_settings(GatewaySettings, {"gateway": {"a": 1, "b": 2, "region": "x"}}, "gateway")
+
+
+def test_a_section_that_is_not_a_table_is_an_error() -> None:
+    with pytest.raises(ConfigError, match=r"\[gateway\] must be a table"):
+        section_settings(GatewaySettings, {"gateway": 5}, "gateway")
+
+
+def test_an_unreadable_config_file_is_an_error_naming_it(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read config file"):
+        load_toml(tmp_path)  # a directory
+    (tmp_path / "bin.toml").write_bytes(b"\x00\xff")
+    with pytest.raises(ConfigError, match="bin.toml is not valid TOML"):
+        load_toml(tmp_path / "bin.toml")
