@@ -70,3 +70,10 @@ def test_one_server_per_data_dir(tmp_path: Path, role: str) -> None:
     # released when the holder ends
     again = start_service([role, "--data-dir", str(tmp_path / "d"), "--listen", "127.0.0.1:0"], env=ENV)
     assert again.stop() == 0
+
+
+def test_populate_needs_a_gateway_url(tmp_path: Path) -> None:
+    """`--gateway notaurl` printed "ready" and then died with an AttributeError."""
+    result = crossbeat("populate", "--gateway", "notaurl", "--data-dir", "p", cwd=tmp_path)
+    assert_error(result, "gateway must be an http(s)://HOST[:PORT] URL", "notaurl")
+    assert "ready" not in result.stdout

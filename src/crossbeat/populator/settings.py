@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from pathlib import Path
+from urllib.parse import urlsplit
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -35,6 +36,14 @@ class PopulatorSettings(BaseSettings):
     lease: bool = False
     lease_group: str = "crossbeat-populator"
     lease_topic: str = "populator-lease"
+
+    @field_validator("gateway")
+    @classmethod
+    def _gateway_url(cls, value: str) -> str:
+        parts = urlsplit(value)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"gateway must be an http(s)://HOST[:PORT] URL, got {value!r}")
+        return value
 
     @property
     def checkpoint_path(self) -> Path:
