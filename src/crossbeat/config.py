@@ -56,12 +56,34 @@ def section_settings(model: type[M], document: dict[str, Any], section: str, **o
             f"unknown setting{'s' if len(unknown) > 1 else ''} in [{section}]: {', '.join(unknown)} "
             f"(known: {', '.join(sorted(model.model_fields))})"
         )
+    prefix = str(model.model_config.get("env_prefix") or "").upper()
+    from_env: set[str] = set()
+    flags = {k for k, v in overrides.items() if v is not None}
     try:
         if issubclass(model, BaseSettings):
             # pydantic-settings ranks init arguments above the environment, and the file's
             # values reach the model as init arguments: lay the environment over them here.
-            data.update(EnvSettingsSource(model)())
+            env = EnvSettingsSource(model)()
+            from_env = set(env)
+            data.update(env)
         data.update({k: v for k, v in overrides.items() if v is not None})
         return model(**data)
-    except (ValidationError, SettingsError) as exc:
-        raise ConfigError(f"invalid [{section}] settings: {exc}") from exc
+    except SettingsError as exc:  # a complex value in the environment that is not JSON
+        raise ConfigError(
+            f"invalid [{section}] settings: {exc} (list and table settings take JSON in "
+            f"{prefix}… environment variables)"
+        ) from exc
+    except ValidationError as exc:
+        def where(name: str) -> str:
+            if name in flags:
+                return " (from the command line)"
+            if name in from_env:
+                return f" (from {prefix}{name.upper()})"
+            return ""
+
+        problems = [
+            f"{'.'.join(map(str, err['loc']))}{where(str(err['loc'][0]) if err['loc'] else '')}: "
+            f"{err['msg']}, got {err.get('input')!r}"
+            for err in exc.errors()
+        ]
+        raise ConfigError(f"invalid [{section}] settings: {'; '.join(problems)}") from exc

@@ -49,15 +49,20 @@ def test_cli_flags_override_the_environment(document: dict, monkeypatch: pytest.
 
 def test_a_bad_environment_value_is_a_clear_error(document: dict, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CROSSBEAT_CHUNK_SIZE", "lots")
-    with pytest.raises(ConfigError, match=r"(?s)invalid \[gateway\] settings.*chunk_size"):
+    with pytest.raises(ConfigError, match=r"(?s)invalid \[gateway\] settings.*chunk_size") as exc:
         section_settings(GatewaySettings, document, "gateway")
+    # which variable, and what it held; none of pydantic's boilerplate
+    assert "(from CROSSBEAT_CHUNK_SIZE)" in str(exc.value) and "'lots'" in str(exc.value)
+    assert "errors.pydantic.dev" not in str(exc.value)
+    with pytest.raises(ConfigError, match=r"region \(from the command line\)"):
+        section_settings(GatewaySettings, {}, "gateway", region=5)
 
 
 def test_malformed_json_in_the_environment_is_a_clear_error(
     document: dict, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("CROSSBEAT_USERS", "[{not json")
-    with pytest.raises(ConfigError, match=r"(?s)invalid \[gateway\] settings.*users"):
+    with pytest.raises(ConfigError, match=r"(?s)invalid \[gateway\] settings.*users.*take JSON"):
         section_settings(GatewaySettings, document, "gateway")
 
 
