@@ -90,3 +90,16 @@ class JournalTruncated(MetadataError):
         )
         self.after = after
         self.first_available = first_available
+
+
+class JournalAhead(MetadataError):
+    """The reader asked for entries after a seq this journal never reached: it has followed
+    another journal (a replaced data dir, another gateway). `last_seq` is this one's newest."""
+
+    def __init__(self, after: int, last_seq: int) -> None:
+        super().__init__(
+            f"after={after} is beyond this journal's last entry ({last_seq}): "
+            "the reader has followed a different journal"
+        )
+        self.after = after
+        self.last_seq = last_seq

@@ -15,7 +15,7 @@ from datetime import UTC, datetime, timedelta
 
 import orjson
 
-from crossbeat.metadata.errors import InvalidMetadata, JournalTruncated
+from crossbeat.metadata.errors import InvalidMetadata, JournalAhead, JournalTruncated
 from crossbeat.metadata.models import JournalEntry
 from crossbeat.metadata.settings import MetadataSettings
 
@@ -52,7 +52,8 @@ def last_seq(conn: sqlite3.Connection) -> int:
 
 
 def read(conn: sqlite3.Connection, after: int, limit: int) -> list[JournalEntry]:
-    """Entries after `after` (caller holds a read transaction). JournalTruncated on a gap."""
+    """Entries after `after` (caller holds a read transaction). JournalTruncated on a gap;
+    JournalAhead when `after` is past the last entry (looked up only when none is found)."""
     if after < 0 or limit < 0:
         raise InvalidMetadata(
             f"journal read needs after >= 0 and limit >= 0 (got {after}, {limit})"
@@ -65,6 +66,8 @@ def read(conn: sqlite3.Connection, after: int, limit: int) -> list[JournalEntry]
         "WHERE seq > ? ORDER BY seq LIMIT ?",
         (after, limit),
     ).fetchall()
+    if not rows and after and after > (last := last_seq(conn)):
+        raise JournalAhead(after, last)
     return [
         JournalEntry(seq, op, bucket, key, vid, None if value is None else orjson.loads(value), ts)
         for seq, op, bucket, key, vid, value, ts in rows

@@ -256,7 +256,8 @@ class MetadataStore(abc.ABC):
     @abc.abstractmethod
     def read_journal(self, after: int, limit: int) -> list[JournalEntry]:
         """Entries with seq > after, ascending, at most `limit`, without gaps.
-        JournalTruncated(first_available) if some entries after `after` were trimmed."""
+        JournalTruncated(first_available) if some entries after `after` were trimmed;
+        JournalAhead(last_seq) if `after` is past the last entry."""
 
     @abc.abstractmethod
     def wait_journal(self, after: int, timeout: float) -> bool:

@@ -29,7 +29,12 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from crossbeat.metadata.errors import JournalTruncated, NoSuchVersion, RevisionMismatch
+from crossbeat.metadata.errors import (
+    JournalAhead,
+    JournalTruncated,
+    NoSuchVersion,
+    RevisionMismatch,
+)
 from crossbeat.s3.auth import Principal
 from crossbeat.s3.datapath import Written, read_document, write_body
 from crossbeat.s3.errors import S3Error
@@ -175,20 +180,15 @@ async def journal(gw: Gateway, req: Request) -> Response:
     wait = min(_seconds(req.query, "wait"), MAX_WAIT)
     deadline = time.monotonic() + wait
     try:
+        # (JournalAhead: a reader past the last entry would wait for entries that never come)
         entries = await gw.run(gw.store.read_journal, after, limit)
-        if not entries:
-            # A reader past the last entry follows some other journal (the data dir was
-            # replaced, or it was pointed at another gateway): waiting would never end.
-            last = await gw.run(gw.store.last_seq)
-            if after > last:
-                return json_response({
-                    "error": "AheadOfJournal", "lastSeq": last,
-                    "message": f"after={after} is beyond this journal's last entry ({last}): "
-                               "the reader has followed a different journal",
-                }, status=409)
         if not entries and wait > 0:
             await _long_poll(gw, req, after, deadline)
             entries = await gw.run(gw.store.read_journal, after, limit)
+    except JournalAhead as exc:
+        return json_response(
+            {"error": "AheadOfJournal", "message": str(exc), "lastSeq": exc.last_seq}, status=409,
+        )
     except JournalTruncated as exc:
         return json_response(
             {"error": "TruncatedJournal", "message": str(exc), "firstAvailable": exc.first_available},
