@@ -18,7 +18,7 @@ from crossbeat.s3.errors import S3Error
 
 ENFORCED = "BucketOwnerEnforced"
 _OWNER_ONLY_CANNED = frozenset({"private", "bucket-owner-full-control"})
-_GRANT_HEADERS = frozenset({
+GRANT_HEADERS = frozenset({
     "x-amz-grant-full-control",
     "x-amz-grant-read",
     "x-amz-grant-read-acp",
@@ -37,7 +37,7 @@ def refuse_acl_headers(headers: dict[str, str], *, creating_bucket: bool = False
     """Raise unless the request's ACL headers (x-amz-acl, x-amz-grant-*) grant nothing beyond
     the owner's full control."""
     canned = headers.get("x-amz-acl")
-    if (canned is not None and canned.strip() not in _OWNER_ONLY_CANNED) or not _GRANT_HEADERS.isdisjoint(
+    if (canned is not None and canned.strip() not in _OWNER_ONLY_CANNED) or not GRANT_HEADERS.isdisjoint(
         headers
     ):
         raise _not_supported(creating_bucket)

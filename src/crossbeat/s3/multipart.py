@@ -12,7 +12,7 @@ from urllib.parse import quote
 
 from crossbeat.metadata.errors import NoSuchUpload
 from crossbeat.metadata.ids import new_upload_id
-from crossbeat.s3 import acl, checksums, listing, xmldoc
+from crossbeat.s3 import checksums, listing, xmldoc
 from crossbeat.s3.auth import Principal
 from crossbeat.s3.datapath import read_document, write_body
 from crossbeat.s3.errors import S3Error
@@ -21,7 +21,6 @@ from crossbeat.s3.objectmeta import (
     iso_now,
     quoted,
     refuse_encryption,
-    refuse_object_lock,
     require_length,
     system_headers,
     user_metadata,
@@ -31,6 +30,7 @@ from crossbeat.s3.objects import (
     copy_data,
     copy_source,
     new_meta,
+    refuse_unsupported_writes,
     write_precondition,
 )
 
@@ -42,9 +42,7 @@ MAX_PARTS = 10_000
 
 async def create_upload(gw: Gateway, req: Request, p: Principal, ctx: Any) -> Response:
     await gw.bucket(req.bucket, p)
-    refuse_object_lock(req.headers)
-    refuse_encryption(req.headers)
-    acl.refuse_acl_headers(req.headers)
+    refuse_unsupported_writes(req.headers)
     await read_document(req, ctx)
     algorithm = req.headers.get("x-amz-checksum-algorithm")
     if algorithm and algorithm.upper() not in checksums.ALGORITHMS:

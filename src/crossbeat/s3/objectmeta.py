@@ -111,7 +111,7 @@ _SSE_C_HEADERS = (
     "x-amz-server-side-encryption-customer-algorithm",
     "x-amz-server-side-encryption-customer-key",
 )
-_SSE_HEADERS = (
+SSE_HEADERS = (
     "x-amz-server-side-encryption",
     "x-amz-server-side-encryption-aws-kms-key-id",
     *_SSE_C_HEADERS,
@@ -124,7 +124,7 @@ def refuse_encryption(headers: dict[str, str]) -> None:
     """NotImplemented if a write asks for server-side encryption (SSE-S3, SSE-KMS, SSE-C).
     crossbeat stores data unencrypted: storing it anyway would break the writer's
     expectation, and for SSE-C would serve the object to readers without the key."""
-    for name in _SSE_HEADERS:
+    for name in SSE_HEADERS:
         if name in headers:
             raise S3Error("NotImplemented", "Server-side encryption is not implemented by "
                           "crossbeat; nothing was stored.", extra={"Header": name})

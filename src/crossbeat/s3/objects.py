@@ -26,6 +26,8 @@ from crossbeat.s3.datapath import (
 from crossbeat.s3.errors import S3Error
 from crossbeat.s3.http import Request, Response, xml_response
 from crossbeat.s3.objectmeta import (
+    OBJECT_LOCK_HEADERS,
+    SSE_HEADERS,
     STORAGE_CLASS_HEADER,
     check_conditionals,
     checksum_headers,
@@ -62,6 +64,22 @@ def versioning_ids(bucket: Bucket) -> tuple[str, str]:
     """(versionId, sortKey) for a new version: a fresh id when Enabled, else "null"."""
     sort_key = new_version_id()
     return (sort_key if bucket.versioning == "Enabled" else "null"), sort_key
+
+
+# Headers asking for what a new object cannot have here (Object Lock, server-side
+# encryption, an ACL); most writes carry none, so one pass over the headers settles them.
+_REFUSED_ON_WRITE = frozenset({*OBJECT_LOCK_HEADERS, *SSE_HEADERS, *acl.GRANT_HEADERS, "x-amz-acl"})
+
+
+def refuse_unsupported_writes(headers: dict[str, str]) -> None:
+    """What PUT, CopyObject and CreateMultipartUpload refuse rather than ignore: Object Lock
+    (InvalidRequest), server-side encryption (NotImplemented), an ACL beyond the owner's
+    (AccessControlListNotSupported)."""
+    if _REFUSED_ON_WRITE.isdisjoint(headers):
+        return
+    refuse_object_lock(headers)
+    refuse_encryption(headers)
+    acl.refuse_acl_headers(headers)
 
 
 def write_precondition(headers: dict[str, str]) -> Any:
@@ -189,9 +207,7 @@ def _write_headers(bucket: Bucket, meta: dict[str, Any]) -> dict[str, str]:
 async def put_object(gw: Gateway, req: Request, p: Principal, ctx: Any) -> Response:
     bucket = await gw.bucket(req.bucket, p)
     require_length(req.headers)
-    refuse_object_lock(req.headers)
-    refuse_encryption(req.headers)
-    acl.refuse_acl_headers(req.headers)
+    refuse_unsupported_writes(req.headers)
     tags = xmldoc.parse_tagging_header(req.headers.get("x-amz-tagging"))
     umeta = user_metadata(req.headers)
     sys_headers = system_headers(req.headers)
@@ -456,9 +472,7 @@ def copy_data(
 
 async def copy_object(gw: Gateway, req: Request, p: Principal, ctx: Any) -> Response:
     bucket = await gw.bucket(req.bucket, p, fresh=True)
-    refuse_object_lock(req.headers)
-    refuse_encryption(req.headers)
-    acl.refuse_acl_headers(req.headers)
+    refuse_unsupported_writes(req.headers)
     src, src_version = await copy_source(gw, req, p)
     await read_document(req, ctx)
     directive = req.headers.get("x-amz-metadata-directive", "COPY").upper()
