@@ -52,7 +52,9 @@ def parse_query(query_string: bytes) -> dict[str, str]:
 
 def virtual_host_bucket(host: str, domains: Sequence[str]) -> str | None:
     """The bucket of a virtual-hosted request's Host (`{bucket}.{domain}[:port]`), or None."""
-    name = host.rpartition(":")[0] if host.rpartition(":")[2].isdigit() else host
+    name, colon, port = host.rpartition(":")
+    if not (colon and port.isdigit()):  # no port
+        name = host
     name = name.lower().rstrip(".")
     for domain in domains:
         if name.endswith("." + domain) and len(name) > len(domain) + 1:

@@ -41,7 +41,7 @@ from crossbeat.s3.errors import S3Error
 from crossbeat.s3.http import Request, Response
 from crossbeat.s3.internal_batch import batch_read, batch_replica, batch_update, unreferenced
 from crossbeat.s3.replication import global_status
-from crossbeat.s3.version_check import as_replica, check_version
+from crossbeat.s3.version_check import as_replica, check_version, is_location_list
 
 if TYPE_CHECKING:
     from crossbeat.s3.gateway import Gateway
@@ -165,10 +165,7 @@ def _locations(body: bytes) -> list[dict[str, Any]]:
     except orjson.JSONDecodeError:
         doc = None
     locations = doc.get("locations") if isinstance(doc, dict) else None
-    if not isinstance(locations, list) or not all(
-        isinstance(loc, dict) and isinstance(loc.get("location"), str) and isinstance(loc.get("dataKey"), str)
-        for loc in locations
-    ):
+    if not is_location_list(locations):
         raise S3Error("MalformedJSON", 'body must be {"locations": [{"location": ..., "dataKey": ...}, ...]}',
                       status=400)
     return locations

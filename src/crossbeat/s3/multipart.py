@@ -123,9 +123,9 @@ def parse_copy_source_range(value: str, size: int) -> tuple[int, int]:
     """`bytes=first-last` of UploadPartCopy → (first, last + 1). Unlike a GET Range, both ends
     are required and must lie in the source: anything else is InvalidArgument (a GET-style
     open or clamped range would copy a different part than the client asked for)."""
-    spec = value.strip().removeprefix("bytes=") if value.strip().startswith("bytes=") else ""
+    unit, _, spec = value.strip().partition("=")
     first, sep, last = spec.partition("-")
-    if not (sep and first.isdigit() and last.isdigit()):
+    if not (unit == "bytes" and sep and first.isdigit() and last.isdigit()):
         raise S3Error("InvalidArgument", "The x-amz-copy-source-range value must be of the form "
                       "bytes=first-last where first and last are the zero-based offsets of the "
                       "first and last bytes to copy")

@@ -11,10 +11,19 @@ InvalidArgument naming the field, and nothing changes.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeGuard
 
 from crossbeat.s3.errors import S3Error
 from crossbeat.s3.objectmeta import parse_iso
+
+
+def is_location_list(value: Any) -> TypeGuard[list[dict[str, Any]]]:
+    """Whether `value` is a list of data locations (`{location, dataKey, ...}` objects), as a
+    version's `location` and batchDelete's `locations` are."""
+    return isinstance(value, list) and all(
+        isinstance(loc, dict) and isinstance(loc.get("location"), str)
+        and isinstance(loc.get("dataKey"), str) for loc in value
+    )
 
 
 def _bad(field: str, why: str) -> S3Error:
@@ -44,10 +53,7 @@ def check_version(meta: dict[str, Any], *, data_given: bool = False) -> None:
     if data_given:
         return
     location = meta.get("location")
-    if not isinstance(location, list) or not all(
-        isinstance(loc, dict) and isinstance(loc.get("location"), str)
-        and isinstance(loc.get("dataKey"), str) for loc in location
-    ):
+    if not is_location_list(location):
         raise _bad("location", "must be a list of {location, dataKey, ...} data locations")
     if size and not location:
         raise _bad("location", "is empty for an object with data")

@@ -93,10 +93,13 @@ def iso8601(value: str | dt.datetime | float | int) -> str:
         return value
     if isinstance(value, int | float):
         value = dt.datetime.fromtimestamp(value, tz=dt.UTC)
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=dt.UTC)
-    value = value.astimezone(dt.UTC)
+    value = _utc(value)
     return value.strftime("%Y-%m-%dT%H:%M:%S.") + f"{value.microsecond // 1000:03d}Z"
+
+
+def _utc(moment: dt.datetime) -> dt.datetime:
+    """`moment` in UTC; a naive one is taken as UTC."""
+    return moment.replace(tzinfo=dt.UTC) if moment.tzinfo is None else moment.astimezone(dt.UTC)
 
 
 def bool_text(value: bool) -> str:
@@ -579,10 +582,6 @@ def parse_delete_objects(body: bytes | str) -> tuple[bool, list[DeleteTarget]]:
     if not objects:
         raise S3Error("MalformedXML", "A Delete request must name at least one object.")
     return quiet_text == "true", objects
-
-
-def _utc(moment: dt.datetime) -> dt.datetime:
-    return moment.replace(tzinfo=dt.UTC) if moment.tzinfo is None else moment.astimezone(dt.UTC)
 
 
 def delete_result_xml(deleted: Iterable[DeletedObject], errors: Iterable[DeleteError]) -> bytes:
