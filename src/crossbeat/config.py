@@ -47,9 +47,7 @@ def section_settings(model: type[M], document: dict[str, Any], section: str, **o
     if not isinstance(raw, dict):
         raise ConfigError(f"[{section}] must be a table of settings, got {type(raw).__name__} {raw!r}")
     data = dict(raw)
-    known = {name for name, f in model.model_fields.items()} | {
-        f.alias for f in model.model_fields.values() if f.alias
-    }
+    known = set(model.model_fields) | {f.alias for f in model.model_fields.values() if f.alias}
     unknown = sorted(set(data) - known)
     if unknown:  # a misspelt setting would otherwise be ignored without a word
         raise ConfigError(
@@ -58,7 +56,7 @@ def section_settings(model: type[M], document: dict[str, Any], section: str, **o
         )
     prefix = str(model.model_config.get("env_prefix") or "").upper()
     from_env: set[str] = set()
-    flags = {k for k, v in overrides.items() if v is not None}
+    flags = {k: v for k, v in overrides.items() if v is not None}
     try:
         if issubclass(model, BaseSettings):
             # pydantic-settings ranks init arguments above the environment, and the file's
@@ -66,7 +64,7 @@ def section_settings(model: type[M], document: dict[str, Any], section: str, **o
             env = EnvSettingsSource(model)()
             from_env = set(env)
             data.update(env)
-        data.update({k: v for k, v in overrides.items() if v is not None})
+        data.update(flags)
         return model(**data)
     except SettingsError as exc:  # a complex value in the environment that is not JSON
         raise ConfigError(
