@@ -99,6 +99,29 @@ def new_consumer(address: str, group: str, **config: Any) -> Any:
     })
 
 
+def consume_commit_and_leave(address: str, group: str, topic: str, n: int) -> None:
+    """A member of `group` reads `n` messages of `topic`, commits and leaves: the group is
+    then Empty, with committed offsets and protocol type 'consumer'."""
+    consumer = new_consumer(address, group)
+    consumer.subscribe([topic])
+    assert len(consume_n(consumer, n)) == n
+    consumer.commit(asynchronous=False)
+    consumer.close()
+
+
+def assigned_member(address: str, group: str, topic: str, timeout: float = 30) -> Any:
+    """A consumer of `group` subscribed to `topic`, once it has its partitions (bounded)."""
+    member = new_consumer(address, group)
+    member.subscribe([topic])
+    deadline = time.monotonic() + timeout
+    while not member.assignment() and time.monotonic() < deadline:
+        member.poll(0.1)
+    if not member.assignment():
+        member.close()
+        raise AssertionError("the live consumer never got its partition")
+    return member
+
+
 def read_topic(address: str, topic: str, expected: int, timeout: float = 30) -> list[Any]:
     """Every message of `topic` (at least `expected`), read by a throw-away group."""
     consumer = new_consumer(address, f"reader-{uuid.uuid4().hex[:8]}")

@@ -10,13 +10,19 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 
 import pytest
 from confluent_kafka import OFFSET_INVALID, ConsumerGroupTopicPartitions, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from tests.compat.broker.helpers import BrokerProcess, consume_n, new_consumer, produce_all
+from tests.compat.broker.helpers import (
+    BrokerProcess,
+    assigned_member,
+    consume_commit_and_leave,
+    consume_n,
+    new_consumer,
+    produce_all,
+)
 
 pytestmark = [pytest.mark.compat, pytest.mark.timeout(120)]
 
@@ -60,21 +66,11 @@ def listed_groups(address: str) -> set[str]:
 def test_delete_groups_with_librdkafka(broker: BrokerProcess, topic_name: str) -> None:
     produce_all(broker.address, topic_name, [(None, b"m0"), (None, b"m1")], acks="all")
     done, live = f"done-{topic_name}", f"live-{topic_name}"
-    finished = new_consumer(broker.address, done)
-    finished.subscribe([topic_name])
-    assert len(consume_n(finished, 2)) == 2
-    finished.commit(asynchronous=False)
-    finished.close()
+    consume_commit_and_leave(broker.address, done, topic_name, 2)
     assert committed_offset(broker.address, done, topic_name) == 2
 
-    member = new_consumer(broker.address, live)
-    member.subscribe([topic_name])
+    member = assigned_member(broker.address, live, topic_name)
     try:
-        deadline = time.monotonic() + 30
-        while not member.assignment() and time.monotonic() < deadline:
-            member.poll(0.1)
-        assert member.assignment(), "the live consumer never got its partition"
-
         results = delete_with_librdkafka(broker.address, [done, live, f"never-{topic_name}"])
         assert results == {done: "OK", live: "NON_EMPTY_GROUP",
                            f"never-{topic_name}": "GROUP_ID_NOT_FOUND"}

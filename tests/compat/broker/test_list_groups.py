@@ -3,13 +3,16 @@ groups, with confluent-kafka's and kafka-python's admin clients."""
 
 from __future__ import annotations
 
-import time
-
 import pytest
 from confluent_kafka import ConsumerGroupState
 from confluent_kafka.admin import AdminClient
 
-from tests.compat.broker.helpers import BrokerProcess, consume_n, new_consumer, produce_all
+from tests.compat.broker.helpers import (
+    BrokerProcess,
+    assigned_member,
+    consume_commit_and_leave,
+    produce_all,
+)
 
 pytestmark = [pytest.mark.compat, pytest.mark.timeout(120)]
 
@@ -19,20 +22,9 @@ def test_list_groups_states_and_filter(broker: BrokerProcess, topic_name: str) -
 
     produce_all(broker.address, topic_name, [(None, b"m")], acks="all")
     done, live = f"done-{topic_name}", f"live-{topic_name}"
-    finished = new_consumer(broker.address, done)
-    finished.subscribe([topic_name])
-    assert len(consume_n(finished, 1)) == 1
-    finished.commit(asynchronous=False)
-    finished.close()  # leaves: the group is Empty, but was a consumer group
-
-    member = new_consumer(broker.address, live)
-    member.subscribe([topic_name])
+    consume_commit_and_leave(broker.address, done, topic_name, 1)  # Empty, but a consumer group
+    member = assigned_member(broker.address, live, topic_name)
     try:
-        deadline = time.monotonic() + 30
-        while not member.assignment() and time.monotonic() < deadline:
-            member.poll(0.1)
-        assert member.assignment(), "the live consumer never got its partition"
-
         admin = AdminClient({"bootstrap.servers": broker.address})
         listed = {g.group_id: g for g in admin.list_consumer_groups().result(20).valid}
         assert {g: listed[g].state for g in (done, live)} == {

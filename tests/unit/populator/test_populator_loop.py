@@ -183,28 +183,22 @@ def test_run_waits_out_an_unreachable_broker_and_republishes_the_batch() -> None
     assert store.seq == 5
 
 
-def test_run_stops_on_a_truncated_journal() -> None:
-    class Truncated(Journal):
-        def read(self, after: int, limit: int, wait: float = 0.0) -> list[JournalEntry]:
-            raise TruncatedJournal(after, 100)
+class Failing(Journal):
+    """A journal whose every read raises `error`."""
 
-    with pytest.raises(TruncatedJournal):
-        make(Truncated(1), Sink(), Store()).run(threading.Event())
+    def __init__(self, error: Exception) -> None:
+        super().__init__(1)
+        self.error = error
 
-
-def test_run_stops_on_a_journal_behind_its_checkpoint() -> None:
-    class Behind(Journal):
-        def read(self, after: int, limit: int, wait: float = 0.0) -> list[JournalEntry]:
-            raise JournalAhead(after, 3)
-
-    with pytest.raises(JournalAhead):
-        make(Behind(1), Sink(), Store()).run(threading.Event())
+    def read(self, after: int, limit: int, wait: float = 0.0) -> list[JournalEntry]:
+        raise self.error
 
 
-def test_run_stops_on_refused_credentials() -> None:
-    class Refusing(Journal):
-        def read(self, after: int, limit: int, wait: float = 0.0) -> list[JournalEntry]:
-            raise JournalRefused("refused")
-
-    with pytest.raises(JournalRefused):
-        make(Refusing(1), Sink(), Store()).run(threading.Event())
+@pytest.mark.parametrize(
+    "error",
+    [TruncatedJournal(1, 100), JournalAhead(1, 3), JournalRefused("refused")],
+    ids=["truncated journal", "journal behind its checkpoint", "refused credentials"],
+)
+def test_run_stops_on_an_error_no_retry_can_fix(error: Exception) -> None:
+    with pytest.raises(type(error)):
+        make(Failing(error), Sink(), Store()).run(threading.Event())
