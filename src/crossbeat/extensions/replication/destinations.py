@@ -53,6 +53,12 @@ def replica_metadata(md: dict[str, Any], location: list[dict[str, Any]]) -> dict
     return replica
 
 
+def refused(exc: ReplicationError) -> bool:
+    """Whether the gateway answered `exc` with a 4xx: it refused the request, which changed
+    nothing. A transport error or a 5xx leaves open whether the request took effect."""
+    return exc.status is not None and 400 <= exc.status < 500
+
+
 def _simple_etag(md: dict[str, Any]) -> str | None:
     etag = str(md.get("etag") or "").strip('"')
     return etag if etag and "-" not in etag else None
@@ -127,8 +133,12 @@ class CrossbeatDestination:
             location = written = self._copy_data(md, source)
         try:
             self.client.put_metadata_create(replica_metadata(md, location))
-        except ReplicationError:
-            self._discard(written)
+        except ReplicationError as exc:
+            if refused(exc):
+                self._discard(written)
+            # Otherwise (a lost answer, a 5xx) the version may have been created, pointing
+            # at these bytes: deleting them would leave a replica without data. They are
+            # left to the gateway's cleanup pass, which frees only what no version uses.
             raise
         return version_id
 

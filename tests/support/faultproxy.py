@@ -1,0 +1,86 @@
+"""A TCP proxy that loses one answer: the network fault behind "did my request take effect?".
+
+`LosingProxy` relays bytes between clients and an upstream server. The first request whose
+bytes contain `lose` reaches the server, which handles it; as soon as the server starts to
+answer, the proxy closes both sides instead of relaying the answer. The client sees a
+dropped connection for a request that did take effect.
+
+Clients are assumed not to pipeline (urllib3, httpx, botocore do not): when a request is
+sent, every earlier answer on that connection has been relayed.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from urllib.parse import urlsplit
+
+
+class LosingProxy:
+    def __init__(self, upstream_url: str, lose: bytes) -> None:
+        parts = urlsplit(upstream_url)
+        self.upstream = (parts.hostname or "127.0.0.1", parts.port or 80)
+        self.lose = lose
+        self.lost = threading.Event()  # set once an answer was dropped
+        self._armed = True
+        self._lock = threading.Lock()
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self._listener.getsockname()[1]}"
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def close(self) -> None:
+        self._listener.close()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            server = socket.create_connection(self.upstream)
+            state = {"losing": False}
+            threading.Thread(target=self._requests, args=(client, server, state), daemon=True).start()
+            threading.Thread(target=self._answers, args=(server, client, state), daemon=True).start()
+
+    def _requests(self, client: socket.socket, server: socket.socket, state: dict[str, bool]) -> None:
+        try:
+            while data := client.recv(65536):
+                with self._lock:
+                    if self._armed and self.lose in data:
+                        self._armed = False
+                        state["losing"] = True
+                server.sendall(data)
+        except OSError:
+            pass
+        finally:
+            _shut(server)
+
+    def _answers(self, server: socket.socket, client: socket.socket, state: dict[str, bool]) -> None:
+        try:
+            while data := server.recv(65536):
+                if state["losing"]:
+                    self.lost.set()
+                    break
+                client.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (client, server):
+                _shut(s)
+                s.close()
+
+
+def _shut(s: socket.socket) -> None:
+    with suppress(OSError):
+        s.shutdown(socket.SHUT_RDWR)
+
+
+@contextmanager
+def losing_proxy(upstream_url: str, lose: bytes) -> Iterator[LosingProxy]:
+    proxy = LosingProxy(upstream_url, lose)
+    try:
+        yield proxy
+    finally:
+        proxy.close()
