@@ -1,4 +1,4 @@
-"""JoinGroup (11): long poll until the group's rebalance completes; see groups.py.
+"""JoinGroup (11): long poll until the group's rebalance completes; see crossbeat.broker.groups.
 
 v4+ clients with an empty member id get MEMBER_ID_REQUIRED and a fresh id to rejoin with.
 """

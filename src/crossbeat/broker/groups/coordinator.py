@@ -1,121 +1,29 @@
-"""The classic consumer-group coordinator (JoinGroup, SyncGroup, Heartbeat, LeaveGroup).
-
-States, as in Kafka's GroupCoordinator::
-
-    Empty ──join──▶ PreparingRebalance ──all joined / timeout──▶ CompletingRebalance
-      ▲                   ▲      ▲                                      │ leader's SyncGroup
-      │                   │      └──────── join / leave / expiry ───────┤
-      └── last member ────┴───────────── join / leave / expiry ── Stable ◀┘
-
-- JoinGroup is a long poll: it returns when every known member has (re)joined or the
-  largest rebalance timeout passes (members that did not rejoin are removed). Each
-  completed join bumps the generation; the leader (first member) receives all members'
-  metadata, chooses assignments, and sends them in its SyncGroup.
-- SyncGroup from followers is a long poll until the leader's SyncGroup arrives.
-- JoinGroup v4+ with an empty member id is answered MEMBER_ID_REQUIRED with a fresh id,
-  which the client must rejoin with (before its session timeout).
-- Heartbeat, SyncGroup and OffsetCommit are fenced by generation (ILLEGAL_GENERATION) and
-  membership (UNKNOWN_MEMBER_ID); during a rebalance they get REBALANCE_IN_PROGRESS.
-- A member that sends nothing for its session timeout is removed (a rebalance follows);
-  members waiting in JoinGroup or SyncGroup are alive by definition.
-- Static members (KIP-345, a group.instance.id) skip MEMBER_ID_REQUIRED. One that joins
-  with an empty member id while its instance id is still a member (it restarted within its
-  session timeout) takes over that member under a fresh member id: its old id is fenced and
-  it keeps its assignment. In a Stable group whose protocol choice does not change, that
-  is all: no rebalance, same generation, and the leader named in its answer is the old one
-  so it does not assign. Otherwise (mid-rebalance, or a changed protocol) a rebalance
-  follows. Requests carrying an instance id whose member id is no longer the instance's
-  are FENCED_INSTANCE_ID; an instance id that is no member is UNKNOWN_MEMBER_ID.
-Deadlines are enforced by `sweep`, which the broker calls every `SWEEP_INTERVAL` seconds.
-All methods run on the event loop and change state without awaiting in between.
-"""
+"""`GroupCoordinator`: the entry points of JoinGroup, SyncGroup, Heartbeat, LeaveGroup,
+DeleteGroups and OffsetCommit's fencing, and the sweep that enforces their deadlines."""
 
 from __future__ import annotations
 
 import asyncio
-import enum
 import logging
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 from crossbeat.broker.errors import ErrorCode
+from crossbeat.broker.groups.rebalance import Rebalancer, join_result, select_protocol
+from crossbeat.broker.groups.state import (
+    Group,
+    GroupState,
+    JoinResult,
+    Member,
+    SyncResult,
+    fenced,
+    static_member,
+)
 
 log = logging.getLogger(__name__)
 
 SWEEP_INTERVAL = 0.1
-
-
-class GroupState(enum.Enum):
-    EMPTY = "Empty"
-    PREPARING_REBALANCE = "PreparingRebalance"
-    COMPLETING_REBALANCE = "CompletingRebalance"
-    STABLE = "Stable"
-    DEAD = "Dead"
-
-
-@dataclass
-class JoinResult:
-    """The JoinGroup answer for one member."""
-
-    error: ErrorCode
-    member_id: str = ""
-    generation_id: int = -1
-    protocol_type: str | None = None
-    protocol_name: str | None = None
-    leader: str = ""
-    members: list[tuple[str, str | None, bytes]] = field(default_factory=list)
-
-
-@dataclass
-class SyncResult:
-    error: ErrorCode
-    assignment: bytes = b""
-    protocol_type: str | None = None
-    protocol_name: str | None = None
-
-
-@dataclass
-class Member:
-    member_id: str
-    group_instance_id: str | None
-    client_id: str
-    client_host: str
-    session_timeout: float  # seconds
-    rebalance_timeout: float  # seconds
-    protocol_type: str
-    protocols: list[tuple[str, bytes]]
-    last_seen: float
-    assignment: bytes = b""
-    join_waiter: asyncio.Future[JoinResult] | None = None
-    sync_waiter: asyncio.Future[SyncResult] | None = None
-
-    def metadata_for(self, protocol: str) -> bytes:
-        return next((m for name, m in self.protocols if name == protocol), b"")
-
-    @property
-    def awaiting_join(self) -> bool:
-        return self.join_waiter is not None and not self.join_waiter.done()
-
-    @property
-    def awaiting_sync(self) -> bool:
-        return self.sync_waiter is not None and not self.sync_waiter.done()
-
-
-@dataclass
-class Group:
-    group_id: str
-    state: GroupState = GroupState.EMPTY
-    generation: int = 0
-    protocol_type: str | None = None
-    protocol_name: str | None = None
-    leader_id: str | None = None
-    members: dict[str, Member] = field(default_factory=dict)
-    pending: dict[str, float] = field(default_factory=dict)  # member id -> deadline
-    join_deadline: float | None = None  # PreparingRebalance: give up waiting at
-    join_not_before: float = 0.0  # initial rebalance delay of an empty group
-    sync_deadline: float | None = None  # CompletingRebalance: leader must sync by
 
 
 class GroupCoordinator:
@@ -126,8 +34,8 @@ class GroupCoordinator:
                  clock: Callable[[], float] = time.monotonic) -> None:
         self._min_session = min_session_ms
         self._max_session = max_session_ms
-        self._initial_delay = initial_rebalance_delay_ms / 1000
         self._clock = clock
+        self._rebalance = Rebalancer(clock, initial_rebalance_delay_ms / 1000)
         self.groups: dict[str, Group] = {}
 
     # -- JoinGroup ---------------------------------------------------------------------------
@@ -145,7 +53,7 @@ class GroupCoordinator:
         group = self.groups.get(group_id)
         if group is None:
             group = self.groups[group_id] = Group(group_id)
-        static = _static_member(group, group_instance_id)
+        static = static_member(group, group_instance_id)
         # a static member's previous incarnation is about to be replaced: not a peer to agree with
         peer_of = static.member_id if static is not None and member_id == "" else member_id
         if not protocols or not protocol_type or not self._compatible(group, protocol_type, protocols, peer_of):
@@ -163,7 +71,7 @@ class GroupCoordinator:
             member_id = f"{group_instance_id or client_id}-{uuid.uuid4()}"
         elif member_id in group.pending:
             del group.pending[member_id]
-        elif (error := _fenced(group, member_id, group_instance_id)) is not None:
+        elif (error := fenced(group, member_id, group_instance_id)) is not None:
             return JoinResult(error, member_id)
 
         member = group.members.get(member_id)
@@ -176,9 +84,9 @@ class GroupCoordinator:
             member.last_seen = now
             unchanged = member.protocols == protocols
             if unchanged and group.state is GroupState.STABLE and member_id != group.leader_id:
-                return self._join_result(group, member)
+                return join_result(group, member)
             if unchanged and group.state is GroupState.COMPLETING_REBALANCE:
-                return self._join_result(group, member)
+                return join_result(group, member)
             member.protocols = protocols
             member.session_timeout = session_timeout_ms / 1000
             member.rebalance_timeout = rebalance_timeout_ms / 1000
@@ -191,8 +99,8 @@ class GroupCoordinator:
         waiter: asyncio.Future[JoinResult] = asyncio.get_running_loop().create_future()
         member.join_waiter = waiter
         if group.state is not GroupState.PREPARING_REBALANCE:
-            self._prepare_rebalance(group, reason)
-        self._maybe_complete_join(group)
+            self._rebalance.prepare(group, reason)
+        self._rebalance.maybe_complete_join(group)
         return await waiter
 
     async def _rejoin_static(self, group: Group, member: Member, client_id: str,
@@ -224,7 +132,7 @@ class GroupCoordinator:
         log.info("group %s: static member %s replaced %s", group.group_id,
                  member.group_instance_id, old_id)
         if (group.state is GroupState.STABLE
-                and self._select_protocol(list(group.members.values())) == group.protocol_name):
+                and select_protocol(list(group.members.values())) == group.protocol_name):
             # the previous leader id, even if that was this member: a leader would assign
             # again, and a Stable group does not hand out a new assignment
             return JoinResult(ErrorCode.NONE, new_id, group.generation, group.protocol_type,
@@ -245,83 +153,6 @@ class GroupCoordinator:
             common &= {name for name, _ in m.protocols}
         return bool(common)
 
-    def _join_result(self, group: Group, member: Member) -> JoinResult:
-        members = []
-        if member.member_id == group.leader_id:
-            members = [(m.member_id, m.group_instance_id, m.metadata_for(group.protocol_name or ""))
-                       for m in group.members.values()]
-        return JoinResult(ErrorCode.NONE, member.member_id, group.generation, group.protocol_type,
-                          group.protocol_name, group.leader_id or "", members)
-
-    def _prepare_rebalance(self, group: Group, reason: str) -> None:
-        now = self._clock()
-        if group.state is GroupState.COMPLETING_REBALANCE:
-            for m in group.members.values():
-                if m.awaiting_sync:
-                    assert m.sync_waiter is not None
-                    m.sync_waiter.set_result(SyncResult(ErrorCode.REBALANCE_IN_PROGRESS))
-        timeout = max((m.rebalance_timeout for m in group.members.values()), default=0.0)
-        if group.state is GroupState.EMPTY and self._initial_delay > 0:
-            group.join_not_before = now + min(self._initial_delay, timeout)
-        group.state = GroupState.PREPARING_REBALANCE
-        group.join_deadline = now + timeout
-        group.sync_deadline = None
-        log.info("group %s: rebalancing (generation %d): %s", group.group_id, group.generation, reason)
-
-    def _maybe_complete_join(self, group: Group) -> None:
-        if group.state is not GroupState.PREPARING_REBALANCE:
-            return
-        if self._clock() < group.join_not_before:
-            return
-        if group.pending or not all(m.awaiting_join for m in group.members.values()):
-            return
-        self._complete_join(group)
-
-    def _complete_join(self, group: Group) -> None:
-        for m in list(group.members.values()):
-            if not m.awaiting_join:
-                self._remove_member(group, m, None, "did not rejoin in time")
-        group.join_deadline = None
-        group.generation += 1
-        if not group.members:
-            group.state = GroupState.EMPTY
-            # the protocol type stays, as in Kafka: an emptied consumer group is still one
-            # (ListGroups / DescribeGroups report it; the next member may bring another)
-            group.protocol_name = group.leader_id = None
-            log.info("group %s: empty at generation %d", group.group_id, group.generation)
-            return
-        members = list(group.members.values())
-        group.protocol_type = members[0].protocol_type
-        group.protocol_name = self._select_protocol(members)
-        if group.leader_id not in group.members:
-            group.leader_id = members[0].member_id
-        group.state = GroupState.COMPLETING_REBALANCE
-        now = self._clock()
-        group.sync_deadline = now + max(m.rebalance_timeout for m in members)
-        for m in members:
-            m.last_seen = now
-            m.assignment = b""
-            result = self._join_result(group, m)
-            assert m.join_waiter is not None
-            m.join_waiter.set_result(result)
-        log.info("group %s: generation %d with %d member(s), leader %s, protocol %s",
-                 group.group_id, group.generation, len(members), group.leader_id,
-                 group.protocol_name)
-
-    @staticmethod
-    def _select_protocol(members: list[Member]) -> str:
-        common = [name for name, _ in members[0].protocols]
-        for m in members[1:]:
-            names = {name for name, _ in m.protocols}
-            common = [n for n in common if n in names]
-        votes = {name: 0 for name in common}
-        for m in members:
-            for name, _ in m.protocols:
-                if name in votes:
-                    votes[name] += 1
-                    break
-        return max(common, key=lambda n: votes[n])  # ties: first in the first member's order
-
     # -- SyncGroup ---------------------------------------------------------------------------
     async def sync(self, group_id: str, generation_id: int, member_id: str,
                    assignments: dict[str, bytes],
@@ -329,7 +160,7 @@ class GroupCoordinator:
         group = self.groups.get(group_id)
         if group is None:
             return SyncResult(ErrorCode.UNKNOWN_MEMBER_ID)
-        if (error := _fenced(group, member_id, group_instance_id)) is not None:
+        if (error := fenced(group, member_id, group_instance_id)) is not None:
             return SyncResult(error)
         member = group.members[member_id]
         if generation_id != group.generation:
@@ -368,7 +199,7 @@ class GroupCoordinator:
         group = self.groups.get(group_id)
         if group is None:
             return ErrorCode.UNKNOWN_MEMBER_ID
-        if (error := _fenced(group, member_id, group_instance_id)) is not None:
+        if (error := fenced(group, member_id, group_instance_id)) is not None:
             return error
         member = group.members[member_id]
         member.last_seen = self._clock()
@@ -391,19 +222,19 @@ class GroupCoordinator:
         if group is None:
             return ErrorCode.UNKNOWN_MEMBER_ID
         if not member_id:
-            static = _static_member(group, group_instance_id)
+            static = static_member(group, group_instance_id)
             if static is None:
                 return ErrorCode.UNKNOWN_MEMBER_ID
             member_id = static.member_id
         elif member_id in group.pending:
             del group.pending[member_id]
-            self._maybe_complete_join(group)
+            self._rebalance.maybe_complete_join(group)
             return ErrorCode.NONE
-        elif (error := _fenced(group, member_id, group_instance_id)) is not None:
+        elif (error := fenced(group, member_id, group_instance_id)) is not None:
             return error
         member = group.members[member_id]
-        self._remove_member(group, member, ErrorCode.UNKNOWN_MEMBER_ID, "left the group")
-        self._after_removal(group, f"member {member_id} left")
+        self._rebalance.remove_member(group, member, ErrorCode.UNKNOWN_MEMBER_ID, "left the group")
+        self._rebalance.after_removal(group, f"member {member_id} left")
         return ErrorCode.NONE
 
     def delete(self, group_id: str, *, has_offsets: bool) -> ErrorCode:
@@ -437,7 +268,7 @@ class GroupCoordinator:
             return ErrorCode.UNKNOWN_MEMBER_ID
         if group is None:
             return ErrorCode.UNKNOWN_MEMBER_ID
-        if (error := _fenced(group, member_id, group_instance_id)) is not None:
+        if (error := fenced(group, member_id, group_instance_id)) is not None:
             return error
         member = group.members[member_id]
         member.last_seen = self._clock()
@@ -446,31 +277,6 @@ class GroupCoordinator:
         if group.state is GroupState.PREPARING_REBALANCE:
             return ErrorCode.REBALANCE_IN_PROGRESS
         return ErrorCode.NONE
-
-    def _remove_member(self, group: Group, member: Member, error: ErrorCode | None,
-                       why: str) -> None:
-        group.members.pop(member.member_id, None)
-        if member.awaiting_join and member.join_waiter is not None:
-            member.join_waiter.set_result(JoinResult(error or ErrorCode.UNKNOWN_MEMBER_ID,
-                                                     member.member_id))
-        if member.awaiting_sync and member.sync_waiter is not None:
-            member.sync_waiter.set_result(SyncResult(error or ErrorCode.UNKNOWN_MEMBER_ID))
-        if group.leader_id == member.member_id:
-            group.leader_id = None
-        log.info("group %s: removed member %s (%s)", group.group_id, member.member_id, why)
-
-    def _after_removal(self, group: Group, reason: str) -> None:
-        if group.state in (GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
-            if group.members:
-                self._prepare_rebalance(group, reason)
-            else:
-                group.state = GroupState.PREPARING_REBALANCE
-                self._complete_join(group)
-        elif group.state is GroupState.PREPARING_REBALANCE:
-            if not group.members and not group.pending:
-                self._complete_join(group)
-            else:
-                self._maybe_complete_join(group)
 
     # -- time ------------------------------------------------------------------------------
     def sweep(self) -> None:
@@ -484,20 +290,20 @@ class GroupCoordinator:
                        if not m.awaiting_join and not m.awaiting_sync
                        and now - m.last_seen > m.session_timeout]
             for m in expired:
-                self._remove_member(group, m, None, "session timeout")
+                self._rebalance.remove_member(group, m, None, "session timeout")
             if expired:
-                self._after_removal(group, "session timeout")
+                self._rebalance.after_removal(group, "session timeout")
             if group.state is GroupState.PREPARING_REBALANCE:
                 if group.join_deadline is not None and now >= group.join_deadline:
-                    self._complete_join(group)
+                    self._rebalance.complete_join(group)
                 else:
-                    self._maybe_complete_join(group)
+                    self._rebalance.maybe_complete_join(group)
             elif (group.state is GroupState.COMPLETING_REBALANCE
                   and group.sync_deadline is not None and now >= group.sync_deadline):
                 for m in list(group.members.values()):
                     if not m.awaiting_sync:
-                        self._remove_member(group, m, None, "did not sync in time")
-                self._after_removal(group, "leader did not sync in time")
+                        self._rebalance.remove_member(group, m, None, "did not sync in time")
+                self._rebalance.after_removal(group, "leader did not sync in time")
 
     def close(self) -> None:
         """Answer every waiting JoinGroup/SyncGroup (the broker is shutting down)."""
@@ -508,23 +314,3 @@ class GroupCoordinator:
                                                         m.member_id))
                 if m.awaiting_sync and m.sync_waiter is not None:
                     m.sync_waiter.set_result(SyncResult(ErrorCode.COORDINATOR_NOT_AVAILABLE))
-
-
-def _static_member(group: Group, group_instance_id: str | None) -> Member | None:
-    """The current member of static instance `group_instance_id`, if any."""
-    if group_instance_id is None:
-        return None
-    return next((m for m in group.members.values() if m.group_instance_id == group_instance_id),
-                None)
-
-
-def _fenced(group: Group, member_id: str, group_instance_id: str | None) -> ErrorCode | None:
-    """Kafka's validateCurrentMember: None if `member_id` is a member (and, given an instance
-    id, that instance's current member id); FENCED_INSTANCE_ID if the instance has moved on to
-    another member id, UNKNOWN_MEMBER_ID otherwise."""
-    if group_instance_id is not None:
-        static = _static_member(group, group_instance_id)
-        if static is None:
-            return ErrorCode.UNKNOWN_MEMBER_ID
-        return None if static.member_id == member_id else ErrorCode.FENCED_INSTANCE_ID
-    return None if member_id in group.members else ErrorCode.UNKNOWN_MEMBER_ID
