@@ -18,6 +18,7 @@ import re
 from dataclasses import dataclass, field
 
 from crossbeat.broker.errors import ErrorCode
+from crossbeat.broker.recompress import missing_codec_library
 from crossbeat.broker.topic_configs import choice_config_error, numeric_config_error
 from crossbeat.stream import Stream, StreamStore
 from crossbeat.stream.errors import StreamExists, StreamNotFound
@@ -106,7 +107,8 @@ def default_configs(stream: StreamSettings, max_message_bytes: int) -> dict[str,
 
 
 def check_configs(configs: dict[str, str]) -> None:
-    """Raise TopicError(INVALID_CONFIG) for a config we do not know or cannot honour."""
+    """Raise TopicError(INVALID_CONFIG) for a config we do not know or cannot honour
+    (including a compression.type whose codec library is not installed)."""
     for key, value in configs.items():
         if key not in SUPPORTED_CONFIGS:
             raise TopicError(ErrorCode.INVALID_CONFIG, f"unsupported topic config {key!r}")
@@ -117,6 +119,11 @@ def check_configs(configs: dict[str, str]) -> None:
         message = numeric_config_error(key, value) or choice_config_error(key, value)
         if message is not None:
             raise TopicError(ErrorCode.INVALID_CONFIG, message)
+        if key == "compression.type" and (package := missing_codec_library(value)) is not None:
+            # accepting it would store batches in a codec other than the one reported
+            raise TopicError(ErrorCode.INVALID_CONFIG,
+                             f"compression.type {value} is not available on this broker: "
+                             f"it needs {package}, which is not installed")
 
 
 class Topics:
