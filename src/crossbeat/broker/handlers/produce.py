@@ -11,7 +11,13 @@ in the next group-commit round.
 
 A batch that fails validation (not exactly one RecordBatch v2, bad lengths, bad CRC-32C,
 record count vs offset delta) is answered CORRUPT_MESSAGE for its partition and nothing of
-it is written; other partitions of the same request are unaffected.
+it is written; other partitions of the same request are unaffected. Old message formats
+(magic 0 and 1) fail it too.
+
+A topic whose `compression.type` names a codec gets every batch in that codec: one produced
+with another is rebuilt first (`crossbeat.broker.recompress`); records that cannot be
+decoded are CORRUPT_MESSAGE, and a rebuilt batch larger than `max.message.bytes` is
+MESSAGE_TOO_LARGE. With `producer`, the default, batches are stored as produced, unread.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from kafka.protocol.producer import ProduceResponse
 from crossbeat.broker.errors import ErrorCode
 from crossbeat.broker.handlers.context import Context
 from crossbeat.broker.producers import Verdict
+from crossbeat.broker.recompress import CodecUnavailable, recompress, target_codec
 from crossbeat.stream.batch import CRC_START, validate_batch
 from crossbeat.stream.errors import CorruptBatch, StreamError, StreamNotFound
 
@@ -91,6 +98,23 @@ async def produce_one(ctx: Context, topic_name: str, index: int, records: Any,
         return _fail(ErrorCode.INVALID_RECORD, "transactional and control batches are not supported")
     if header.compression > _MAX_COMPRESSION:
         return _fail(ErrorCode.CORRUPT_MESSAGE, f"unknown compression codec {header.compression}")
+    buf: bytearray | None = None
+    codec = target_codec(topic.configs)
+    if codec is not None and codec != header.compression:
+        # before the sequence check, so a batch refused here leaves no pending state;
+        # synchronous, so batches of one partition still reach the store in arrival order
+        try:
+            buf = recompress(records, header, codec)
+        except CorruptBatch as exc:
+            log.warning("produce to %s-%d from %s: undecodable batch rejected: %s",
+                        topic_name, index, ctx.client_host, exc)
+            return _fail(ErrorCode.CORRUPT_MESSAGE, str(exc))
+        except CodecUnavailable as exc:
+            log.error("produce to %s-%d: %s", topic_name, index, exc)
+            return _fail(ErrorCode.UNKNOWN_SERVER_ERROR, str(exc))
+        if len(buf) > limit:  # Kafka checks the rebuilt batch again
+            return _fail(ErrorCode.MESSAGE_TOO_LARGE,
+                         f"recompressed batch of {len(buf)} bytes > {limit}")
 
     verdict: Verdict = broker.producers.check(stream, header)
     if verdict.error:
@@ -105,7 +129,8 @@ async def produce_one(ctx: Context, topic_name: str, index: int, records: Any,
             return _fail(ErrorCode.KAFKA_STORAGE_ERROR)
         return (ErrorCode.NONE, offset, -1, stream.start_offset, None)
 
-    buf = bytearray(records)
+    if buf is None:
+        buf = bytearray(records)
     append_time = -1
     if topic.log_append_time:
         append_time = int(time.time() * 1000)
