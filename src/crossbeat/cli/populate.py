@@ -34,6 +34,8 @@ def populate(config_path: Path | None, gateway: str | None, brokers: str | None,
              data_dir: Path | None) -> None:
     """Tail the gateway journal and publish what the enabled extensions select."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # httpx logs every request at INFO: one line per journal long-poll, every second when idle
+    logging.getLogger("httpx").setLevel(logging.WARNING)
     try:
         doc = load_toml(config_path)
         settings = section_settings(PopulatorSettings, doc, "populator", gateway=gateway,

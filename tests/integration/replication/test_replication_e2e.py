@@ -88,6 +88,9 @@ def test_objects_arrive_identical_at_site_b(rig: Rig) -> None:
     put_workload(rig.s3("a"), bucket, N_OBJECTS)
     wait_replicated(rig, bucket, timeout=300)
     assert_identical(rig, bucket)
+    # one long-poll a second when idle: a log line per request would be 86,400 a day
+    chatter = [line for line in rig.workers["populator"].output if "HTTP Request:" in line]
+    assert not chatter, chatter[:3]
 
 
 def put_some(rig: Rig, bucket: str, n: int, prefix: str = "k") -> None:
