@@ -216,6 +216,7 @@ async def complete_upload(gw: Gateway, req: Request, p: Principal, ctx: Any) -> 
             um.get("checksumType"),
         )
         meta["checksum"] = {"algorithm": algorithm, "value": value, "type": combined_type}
+        meta["partChecksums"] = [c["checksums"][algorithm] for c in chosen]  # GetObjectAttributes
     try:
         displaced, unused = await gw.run(
             gw.store.complete_upload, upload["uploadId"], meta, precondition=write_precondition(req.headers)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from crossbeat.s3 import buckets, internal, multipart, objects
+from crossbeat.s3 import attributes, buckets, internal, multipart, objects
 from crossbeat.s3.auth import Principal
 from crossbeat.s3.errors import S3Error
 from crossbeat.s3.http import Request, Response
@@ -43,7 +43,7 @@ _SERVED = {
     ("bucket", "DELETE"): frozenset({"replication", "tagging", "notification", *_BUCKET_DELETE_ABSENT}),
     ("bucket", "POST"): frozenset({"delete"}),
     ("object", "PUT"): frozenset({"tagging", "acl", "uploadId"}),
-    ("object", "GET"): frozenset({"tagging", "acl", "uploadId"}),
+    ("object", "GET"): frozenset({"tagging", "acl", "uploadId", "attributes"}),
     ("object", "DELETE"): frozenset({"tagging", "uploadId"}),
     ("object", "POST"): frozenset({"uploads", "uploadId"}),
 }
@@ -127,6 +127,8 @@ async def _object(gw: Gateway, req: Request, p: Principal, ctx: Any, m: str, q: 
             return await objects.get_tagging(gw, req, p)
         if "acl" in q and m == "GET":
             return await objects.get_acl(gw, req, p)
+        if "attributes" in q and m == "GET":
+            return await attributes.get_object_attributes(gw, req, p)
         if "uploadId" in q and m == "GET":
             return await multipart.list_parts(gw, req, p)
         return await objects.get_object(gw, req, p, head=m == "HEAD")
