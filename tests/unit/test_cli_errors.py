@@ -77,3 +77,19 @@ def test_populate_needs_a_gateway_url(tmp_path: Path) -> None:
     result = crossbeat("populate", "--gateway", "notaurl", "--data-dir", "p", cwd=tmp_path)
     assert_error(result, "gateway must be an http(s)://HOST[:PORT] URL", "notaurl")
     assert "ready" not in result.stdout
+
+
+def test_a_misspelt_environment_variable_is_warned_about(tmp_path: Path) -> None:
+    env = {**ENV, "CROSSBEAT_SECRET_KEYS": "x", "CROSSBEAT_BROKER_GROUP_MAX_SESION_TIMEOUT_MS": "1",
+           "CROSSBEAT_WORKERS": "1", "CROSSBEAT_BROKER_NODE_ID": "1"}
+    result = subprocess.run([sys.executable, "-m", "crossbeat", "topology", "--help"], cwd=tmp_path,
+                            env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    warned = [line for line in result.stderr.splitlines() if line.startswith("warning: ")]
+    assert warned == [
+        "warning: CROSSBEAT_BROKER_GROUP_MAX_SESION_TIMEOUT_MS is not a crossbeat setting and is ignored"
+        " (did you mean CROSSBEAT_BROKER_GROUP_MAX_SESSION_TIMEOUT_MS?)",
+        "warning: CROSSBEAT_SECRET_KEYS is not a crossbeat setting and is ignored"
+        " (did you mean CROSSBEAT_SECRET_KEY?)",
+    ]
+    assert "crossbeat topology [OPTIONS]" in result.stdout

@@ -59,7 +59,14 @@ def main() -> None:
     """Console-script entry point. Errors of the environment (a file or directory that cannot
     be used, an address in use, a configuration that is wrong) end the command with a
     one-line `Error:` and exit status 1, as click's own usage errors do, not a traceback;
-    CROSSBEAT_DEBUG=1 shows the traceback."""
+    CROSSBEAT_DEBUG=1 shows the traceback. A `CROSSBEAT_…` variable that no setting reads
+    is warned about first (see crossbeat.cli.environment)."""
+    if any(name.upper().startswith("CROSSBEAT_") for name in os.environ):
+        # imported only then: it loads every component's settings model
+        from crossbeat.cli.environment import warnings
+
+        for line in warnings(os.environ):
+            click.echo(line, err=True)
     try:
         code = cli(standalone_mode=False)  # click's ctx.exit(n) comes back as n
     except click.exceptions.Abort:
