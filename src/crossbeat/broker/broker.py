@@ -4,7 +4,7 @@ consumer groups, committed offsets, producer ids and sequences — opened and cl
 Directory layout under `settings.data_dir`::
 
     streams/          the stream store (one stream per topic partition)
-    offsets.log       committed offsets (see offsets.py)
+    offsets.log       committed offsets, groups' Empty times (see offsets.py)
     producer_ids      next free producer id block (see producers.py)
 """
 
@@ -15,6 +15,7 @@ import contextlib
 import logging
 
 from crossbeat.broker.groups import SWEEP_INTERVAL, GroupCoordinator
+from crossbeat.broker.offset_expiry import expire_offsets
 from crossbeat.broker.offsets import OffsetStore
 from crossbeat.broker.producers import ProducerIdAllocator, ProducerStates
 from crossbeat.broker.settings import BrokerSettings
@@ -36,6 +37,7 @@ class Broker:
             min_session_ms=settings.group_min_session_timeout_ms,
             max_session_ms=settings.group_max_session_timeout_ms,
             initial_rebalance_delay_ms=settings.group_initial_rebalance_delay_ms,
+            on_members_change=offsets.note_members,
         )
         self.producers = ProducerStates()
         self.producer_ids = ProducerIdAllocator(settings.data_dir)
@@ -62,6 +64,8 @@ class Broker:
         loop = asyncio.get_running_loop()
         retention_interval = self.settings.retention_check_interval_ms / 1000
         next_retention = loop.time() + retention_interval
+        expiry_interval = self.settings.offsets_retention_check_interval_ms / 1000
+        next_expiry = loop.time() + expiry_interval
         while True:
             await asyncio.sleep(SWEEP_INTERVAL)
             try:
@@ -74,6 +78,13 @@ class Broker:
                     await self.store.enforce_retention()
                 except Exception:
                     log.exception("retention enforcement failed")
+            if loop.time() >= next_expiry:
+                next_expiry = loop.time() + expiry_interval
+                try:
+                    await expire_offsets(self.groups, self.offsets,
+                                         self.settings.offsets_retention_ms)
+                except Exception:
+                    log.exception("offset expiry failed")
 
     async def close(self) -> None:
         """Answer waiting group requests, then flush and close offsets and streams."""

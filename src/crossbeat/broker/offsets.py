@@ -1,16 +1,23 @@
-"""Durable committed offsets of consumer groups (OffsetCommit / OffsetFetch).
+"""Durable committed offsets of consumer groups (OffsetCommit / OffsetFetch), and when each
+group last gained members or became Empty (for offset expiry, see offset_expiry.py).
 
 Storage: one append-only file, `offsets.log`, one line per commit request::
 
     <crc32c of the JSON, 8 hex digits> <JSON>\\n
     JSON = {"g": group, "ts": commit ms, "o": [[topic, partition, offset, leader_epoch, metadata], …]}
 
-An offset of null is a tombstone (topic deleted). A line with `"drop": true` (DeleteGroups)
-removes every offset of its group that lines before it committed; it carries `"o": []`. A commit is acknowledged only after its line
-is fsynced; concurrent commits share one fsync (group commit). On open the file is read
-front to back: a line that is torn (no newline) or fails its CRC ends the log and is cut
-off, so a crash loses only unacknowledged commits. When the log has grown past
-`compact_after` lines it is rewritten as a snapshot (write, fsync, rename, fsync dir).
+An offset of null is a tombstone (topic deleted, or offset expired). A line with `"drop": true`
+(DeleteGroups) removes every offset of its group that lines before it committed; it carries
+`"o": []`. A line with `"members": true` / `false` and `"o": []` says the group gained
+members / became Empty at its `ts` (the coordinator's transitions; a group never so noted
+only ever had standalone commits, or its log predates these lines). A commit is
+acknowledged only after its line is fsynced; concurrent commits share one fsync (group
+commit). On open the file is read front to back: a line that is torn (no newline) or
+fails its CRC ends the log and is cut off, so a crash loses only unacknowledged commits.
+A group the log leaves with members had them when the last broker stopped; they are gone
+now, so on open it is noted Empty as of then (durably, so a second restart keeps that time).
+When the log has grown past `compact_after` lines it is rewritten as a snapshot (write,
+fsync, rename, fsync dir) that keeps each offset's commit time and each group's last note.
 """
 
 from __future__ import annotations
@@ -19,7 +26,8 @@ import asyncio
 import logging
 import os
 import time
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +53,15 @@ Key = tuple[str, int]  # (topic, partition)
 Entry = tuple[str, int, int | None, int, str | None]  # topic, partition, offset|None, epoch, meta
 
 
+@dataclass
+class _Group:
+    """What the log says of one group; kept while it has offsets or members."""
+
+    offsets: dict[Key, CommittedOffset] = field(default_factory=dict)
+    has_members: bool = False
+    noted_ms: int | None = None  # when has_members was last noted; None: never
+
+
 def _encode_line(doc: dict[str, Any]) -> bytes:
     body = orjson.dumps(doc)
     return b"%08x %s\n" % (crc32c(body), body)
@@ -63,6 +80,14 @@ def _decode_line(line: bytes) -> dict[str, Any] | None:
     return doc if isinstance(doc, dict) else None
 
 
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _members_line(group: str, has_members: bool, ts: int) -> dict[str, Any]:
+    return {"g": group, "ts": ts, "o": [], "members": has_members}
+
+
 def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
@@ -77,10 +102,11 @@ class OffsetStore:
         self._dir = directory
         self._path = directory / FILE_NAME
         self._compact_after = compact_after
-        self._groups: dict[str, dict[Key, CommittedOffset]] = {}
+        self._groups: dict[str, _Group] = {}
         self._lines = 0
         self._fd = -1
-        self._queue: list[tuple[dict[str, Any], asyncio.Future[None]]] = []
+        self._queue: list[tuple[dict[str, Any], asyncio.Future[None] | None]] = []
+        self._pending: Counter[str] = Counter()  # group -> lines queued or being written
         self._wakeup = asyncio.Event()
         self._writer: asyncio.Task[None] | None = None
         self._closed = False
@@ -90,6 +116,14 @@ class OffsetStore:
         store = cls(directory, compact_after)
         await asyncio.to_thread(store._load)
         store._writer = asyncio.create_task(store._write_loop(), name="offsets-writer")
+        now = _now_ms()
+        try:
+            # their members left with the broker that stopped: Empty from now on
+            await asyncio.gather(*(store._submit(_members_line(g, False, now))
+                                   for g, r in store._groups.items() if r.has_members))
+        except BaseException:
+            await store.close()
+            raise
         return store
 
     # -- reading ---------------------------------------------------------------------------
@@ -119,30 +153,66 @@ class OffsetStore:
         group = doc["g"]
         if doc.get("drop"):
             self._groups.pop(group, None)
-        offsets = self._groups.setdefault(group, {})
+        record = self._groups.setdefault(group, _Group())
+        offsets = record.offsets
         ts = int(doc.get("ts", 0))
         for topic, partition, offset, epoch, metadata in doc["o"]:
             if offset is None:
                 offsets.pop((topic, partition), None)
             else:
                 offsets[(topic, partition)] = CommittedOffset(offset, epoch, metadata, ts)
-        if not offsets:
+        if "members" in doc:
+            record.has_members = bool(doc["members"])
+            record.noted_ms = ts
+        if not offsets and not record.has_members:
             del self._groups[group]
 
     def get(self, group: str, topic: str, partition: int) -> CommittedOffset | None:
-        return self._groups.get(group, {}).get((topic, partition))
+        record = self._groups.get(group)
+        return record.offsets.get((topic, partition)) if record else None
 
     def group_offsets(self, group: str) -> dict[Key, CommittedOffset]:
-        return dict(self._groups.get(group, {}))
+        record = self._groups.get(group)
+        return dict(record.offsets) if record else {}
 
     def groups(self) -> list[str]:
-        return list(self._groups)
+        """Groups with committed offsets."""
+        return [g for g, r in self._groups.items() if r.offsets]
+
+    def has_members(self, group: str) -> bool:
+        """Whether the last durable note of `group` is that it gained members."""
+        record = self._groups.get(group)
+        return record is not None and record.has_members
+
+    def empty_since(self, group: str) -> int | None:
+        """Wall-clock ms at which `group` last became Empty, as durably noted; None if it
+        has members, or was never noted (only standalone commits, or an older log)."""
+        record = self._groups.get(group)
+        if record is None or record.has_members:
+            return None
+        return record.noted_ms
+
+    def has_pending(self, group: str) -> bool:
+        """Whether a line of `group` is queued or being written (not yet visible here)."""
+        return self._pending[group] > 0
 
     # -- writing ---------------------------------------------------------------------------
     async def commit(self, group: str, entries: list[Entry]) -> None:
         """Make `entries` durable, then visible to `get`. Raises OSError if the write fails."""
-        await self._submit({"g": group, "ts": int(time.time() * 1000),
-                            "o": [list(e) for e in entries]})
+        await self._submit({"g": group, "ts": _now_ms(), "o": [list(e) for e in entries]})
+
+    def note_members(self, group: str, has_members: bool) -> None:
+        """Note, durably but without waiting, that `group` gained members (True) or became
+        Empty (False) now; the coordinator calls this on those transitions.
+
+        Ordered with commits (a member's last commit is written before its group's Empty
+        note). Nobody waits for the note: if its write fails, the error is logged and the
+        previous note stands until the next transition; after close it is dropped.
+        """
+        if self._closed:
+            log.debug("offset store closed: group %s note dropped", group)
+            return
+        self._enqueue(_members_line(group, has_members, _now_ms()), None)
 
     async def drop_group(self, group: str) -> None:
         """Durably remove every offset `group` committed, then answer (DeleteGroups).
@@ -150,21 +220,26 @@ class OffsetStore:
         Commits queued before this call are written before it and so removed too; those
         queued after it survive. Raises OSError if the write fails (nothing is removed).
         """
-        await self._submit({"g": group, "ts": int(time.time() * 1000), "o": [], "drop": True})
+        await self._submit({"g": group, "ts": _now_ms(), "o": [], "drop": True})
 
     async def _submit(self, doc: dict[str, Any]) -> None:
         if self._closed:
             raise RuntimeError("offset store is closed")
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._queue.append((doc, done))
-        self._wakeup.set()
+        self._enqueue(doc, done)
         await done
+
+    def _enqueue(self, doc: dict[str, Any], done: asyncio.Future[None] | None) -> None:
+        self._queue.append((doc, done))
+        self._pending[doc["g"]] += 1
+        self._wakeup.set()
 
     def forget_topic(self, topic: str) -> list[tuple[str, list[Entry]]]:
         """Tombstones for every group's offsets of `topic` (to pass to `commit`)."""
         out = []
-        for group, offsets in self._groups.items():
-            entries: list[Entry] = [(t, p, None, -1, None) for (t, p) in offsets if t == topic]
+        for group, record in self._groups.items():
+            entries: list[Entry] = [(t, p, None, -1, None) for (t, p) in record.offsets
+                                    if t == topic]
             if entries:
                 out.append((group, entries))
         return out
@@ -183,14 +258,16 @@ class OffsetStore:
                 await asyncio.to_thread(self._write, data)
             except OSError as exc:
                 log.error("offsets log write failed: %s", exc)
-                for _, fut in batch:
-                    if not fut.done():
+                for doc, fut in batch:
+                    self._written(doc)
+                    if fut is not None and not fut.done():
                         fut.set_exception(exc)
                 continue
             for doc, fut in batch:
                 self._apply(doc)
                 self._lines += 1
-                if not fut.done():
+                self._written(doc)
+                if fut is not None and not fut.done():
                     fut.set_result(None)
             if self._lines > self._compact_after:
                 try:
@@ -198,16 +275,29 @@ class OffsetStore:
                 except OSError as exc:
                     log.error("offsets log compaction failed (log kept as is): %s", exc)
 
+    def _written(self, doc: dict[str, Any]) -> None:
+        group = doc["g"]
+        self._pending[group] -= 1
+        if self._pending[group] <= 0:
+            del self._pending[group]
+
     def _write(self, data: bytes) -> None:
         _write_all(self._fd, data)
         os.fsync(self._fd)
 
     def _snapshot(self) -> bytes:
         lines = []
-        for group, offsets in self._groups.items():
-            entries = [[t, p, c.offset, c.leader_epoch, c.metadata] for (t, p), c in offsets.items()]
-            ts = max((c.commit_ms for c in offsets.values()), default=0)
-            lines.append(_encode_line({"g": group, "ts": ts, "o": entries}))
+        for group, record in self._groups.items():
+            # one line per commit time: expiry counts from each offset's own commit
+            by_ts: dict[int, list[list[Any]]] = {}
+            for (t, p), c in record.offsets.items():
+                by_ts.setdefault(c.commit_ms, []).append([t, p, c.offset, c.leader_epoch,
+                                                          c.metadata])
+            for ts, entries in by_ts.items():
+                lines.append(_encode_line({"g": group, "ts": ts, "o": entries}))
+            if record.noted_ms is not None:  # after the offsets: an Empty note of none drops
+                lines.append(_encode_line(_members_line(group, record.has_members,
+                                                        record.noted_ms)))
         return b"".join(lines)
 
     def _compact(self, snapshot: bytes) -> None:

@@ -56,6 +56,12 @@ class BrokerSettings(BaseSettings):
     max_message_bytes: int = Field(
         1024 * 1024 + 12, ge=1024, description="largest record batch (Kafka's max.message.bytes)"
     )
+    max_decompressed_batch_bytes: int = Field(
+        32 * 1024 * 1024, ge=1024,
+        description="largest a compressed batch may be once decompressed (header + records) "
+        "when a topic's compression.type makes the broker rebuild it; larger ones are "
+        "MESSAGE_TOO_LARGE. Bounds the memory and event-loop time one batch can cost",
+    )
     max_in_flight_per_connection: int = Field(
         64, ge=1, description="requests decoded ahead of their responses on one connection"
     )
@@ -70,6 +76,15 @@ class BrokerSettings(BaseSettings):
     )
     offsets_compact_after: int = Field(
         10000, ge=10, description="rewrite the committed-offsets log after this many commits"
+    )
+    offsets_retention_ms: int = Field(
+        7 * 24 * 60 * 60 * 1000, ge=100,
+        description="committed offsets of an Empty group expire this long after it became Empty "
+        "(or after their commit, if later); Kafka's offsets.retention.minutes (7 days)",
+    )
+    offsets_retention_check_interval_ms: int = Field(
+        600_000, ge=100,
+        description="how often expired offsets and Dead groups are removed (Kafka's default)",
     )
     retention_check_interval_ms: int = Field(
         300_000, ge=100, description="how often expired segments are deleted (Kafka's default)"

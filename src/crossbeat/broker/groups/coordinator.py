@@ -10,7 +10,12 @@ import uuid
 from collections.abc import Callable
 
 from crossbeat.broker.errors import ErrorCode
-from crossbeat.broker.groups.rebalance import Rebalancer, join_result, select_protocol
+from crossbeat.broker.groups.rebalance import (
+    MembersListener,
+    Rebalancer,
+    join_result,
+    select_protocol,
+)
 from crossbeat.broker.groups.state import (
     Group,
     GroupState,
@@ -27,15 +32,20 @@ SWEEP_INTERVAL = 0.1
 
 
 class GroupCoordinator:
-    """All consumer groups of this broker (it is the coordinator of every group)."""
+    """All consumer groups of this broker (it is the coordinator of every group).
+
+    `on_members_change(group_id, has_members)` is told when a group leaves Empty (True) and
+    becomes Empty again (False): the offset store notes it, offset expiry counts from it.
+    """
 
     def __init__(self, *, min_session_ms: int = 1000, max_session_ms: int = 1800000,
                  initial_rebalance_delay_ms: int = 0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 on_members_change: MembersListener | None = None) -> None:
         self._min_session = min_session_ms
         self._max_session = max_session_ms
         self._clock = clock
-        self._rebalance = Rebalancer(clock, initial_rebalance_delay_ms / 1000)
+        self._rebalance = Rebalancer(clock, initial_rebalance_delay_ms / 1000, on_members_change)
         self.groups: dict[str, Group] = {}
 
     # -- JoinGroup ---------------------------------------------------------------------------
@@ -255,6 +265,26 @@ class GroupCoordinator:
         del self.groups[group_id]
         log.info("group %s: deleted", group_id)
         return ErrorCode.NONE
+
+    def is_empty(self, group_id: str) -> bool:
+        """True if `group_id` is Empty (no members, not rebalancing) or unknown here: the
+        groups whose committed offsets may expire."""
+        group = self.groups.get(group_id)
+        return group is None or group.state is GroupState.EMPTY
+
+    def forget_if_empty(self, group_id: str) -> bool:
+        """Forget `group_id` (it is Dead) if it is Empty, and say whether it was.
+
+        The caller knows it has no committed offsets left. A group holding member ids handed
+        out by MEMBER_ID_REQUIRED is kept: their JoinGroup is on its way.
+        """
+        group = self.groups.get(group_id)
+        if group is None or group.state is not GroupState.EMPTY or group.pending:
+            return False
+        group.state = GroupState.DEAD
+        del self.groups[group_id]
+        log.info("group %s: dead (empty, no committed offsets)", group_id)
+        return True
 
     def check_commit(self, group_id: str, generation_id: int, member_id: str,
                      group_instance_id: str | None = None) -> ErrorCode:

@@ -14,12 +14,23 @@ from crossbeat.broker.groups.state import Group, GroupState, JoinResult, Member,
 log = logging.getLogger(__name__)
 
 
+MembersListener = Callable[[str, bool], None]
+"""Told (group id, True) when a group leaves Empty and (group id, False) when it becomes
+Empty again; called in the middle of the transition, so it must not call back into us."""
+
+
+def _ignore(group_id: str, has_members: bool) -> None:
+    pass
+
+
 class Rebalancer:
     """Moves groups between states on the coordinator's clock."""
 
-    def __init__(self, clock: Callable[[], float], initial_delay: float) -> None:
+    def __init__(self, clock: Callable[[], float], initial_delay: float,
+                 on_members_change: MembersListener | None = None) -> None:
         self._clock = clock
         self._initial_delay = initial_delay  # seconds
+        self._on_members_change = on_members_change or _ignore
 
     def prepare(self, group: Group, reason: str) -> None:
         """Enter PreparingRebalance: sync waiters get REBALANCE_IN_PROGRESS; the join phase
@@ -31,12 +42,15 @@ class Rebalancer:
                     assert m.sync_waiter is not None
                     m.sync_waiter.set_result(SyncResult(ErrorCode.REBALANCE_IN_PROGRESS))
         timeout = max((m.rebalance_timeout for m in group.members.values()), default=0.0)
-        if group.state is GroupState.EMPTY and self._initial_delay > 0:
+        was_empty = group.state is GroupState.EMPTY
+        if was_empty and self._initial_delay > 0:
             group.join_not_before = now + min(self._initial_delay, timeout)
         group.state = GroupState.PREPARING_REBALANCE
         group.join_deadline = now + timeout
         group.sync_deadline = None
         log.info("group %s: rebalancing (generation %d): %s", group.group_id, group.generation, reason)
+        if was_empty:
+            self._on_members_change(group.group_id, True)
 
     def maybe_complete_join(self, group: Group) -> None:
         """Complete the join phase if every member (and no pending id) is waiting in JoinGroup."""
@@ -62,6 +76,7 @@ class Rebalancer:
             # (ListGroups / DescribeGroups report it; the next member may bring another)
             group.protocol_name = group.leader_id = None
             log.info("group %s: empty at generation %d", group.group_id, group.generation)
+            self._on_members_change(group.group_id, False)
             return
         members = list(group.members.values())
         group.protocol_type = members[0].protocol_type
