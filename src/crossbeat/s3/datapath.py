@@ -107,12 +107,30 @@ async def write_body(
             return await gw.run(_store_verified, data, checksums, repo, then)
         return await gw.run(_store_small, decoder, raw_body, repo, then)
 
+    return await write_stream(gw, req.body_chunks(), decoder, repo, then)
+
+
+async def write_stream(
+    gw: Gateway,
+    chunks: AsyncIterator[bytes],
+    decoder: BodyDecoder,
+    repo: Repository,
+    then: Callable[[Written], T] | None = None,
+) -> tuple[Written, T | None]:
+    """Stream `chunks` through `decoder` into a new object of `repo`, a megabyte at a time
+    (memory stays bounded whatever the size); verify with `decoder.finish()`, commit the data
+    (durable when this returns), then run `then(written)` on a worker thread.
+
+    Any failure (from `chunks`, the decoder, the repository, or `then`) aborts or deletes
+    the data, so nothing written stays behind. More than `max_object_bytes` is
+    EntityTooLarge. PutObject's large bodies and POST Object's file part both come here.
+    """
     writer = await gw.run(repo.writer)
     try:
         pending: list[bytes] = []
         pending_size = 0
         total = 0
-        async for raw in req.body_chunks():
+        async for raw in chunks:
             piece = decoder.feed(raw)
             if not piece:
                 continue

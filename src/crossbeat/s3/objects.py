@@ -5,6 +5,7 @@ DeleteObjects.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
@@ -45,6 +46,7 @@ from crossbeat.s3.objectmeta import (
     system_headers,
     user_metadata,
 )
+from crossbeat.s3.put_batcher import BuildMeta
 from crossbeat.s3.replication import replication_info
 
 if TYPE_CHECKING:
@@ -204,14 +206,19 @@ def _write_headers(bucket: Bucket, meta: dict[str, Any]) -> dict[str, str]:
     return h
 
 
-async def put_object(gw: Gateway, req: Request, p: Principal, ctx: Any) -> Response:
-    bucket = await gw.bucket(req.bucket, p)
-    require_length(req.headers)
-    refuse_unsupported_writes(req.headers)
-    tags = xmldoc.parse_tagging_header(req.headers.get("x-amz-tagging"))
-    umeta = user_metadata(req.headers)
-    sys_headers = system_headers(req.headers)
-    precondition = write_precondition(req.headers)
+def version_builder(
+    bucket: Bucket,
+    key: str,
+    headers: dict[str, str],
+    *,
+    tags: dict[str, str],
+    user_meta: dict[str, str],
+    sys_headers: dict[str, str],
+    content_type: str | None,
+) -> BuildMeta:
+    """How a new version of `key` written by PutObject (or POST Object) is built once its data
+    is durable: `build(written, current)` with the bucket as read at commit time. The bucket
+    gone or re-created by another owner since the request began is NoSuchBucket."""
 
     def build(written: Written, current: Bucket | None) -> dict[str, Any]:
         # Runs on a worker thread, once the data is durable, with the bucket read again:
@@ -220,29 +227,61 @@ async def put_object(gw: Gateway, req: Request, p: Principal, ctx: Any) -> Respo
         if current is None or current.owner != bucket.owner:
             raise S3Error("NoSuchBucket", resource=f"/{bucket.name}", extra={"BucketName": bucket.name})
         meta = new_meta(
-            current, req.key, size=written.size, etag=written.md5_hex,
-            location=[written.location.to_json()], headers=req.headers, tags=tags,
-            content_type=req.headers.get("content-type"), user_meta=umeta, sys_headers=sys_headers,
+            current, key, size=written.size, etag=written.md5_hex,
+            location=[written.location.to_json()], headers=headers, tags=tags,
+            content_type=content_type, user_meta=user_meta, sys_headers=sys_headers,
         )
         cs = written.checksums
         if cs.algorithm and cs.value_b64:
             meta["checksum"] = {"algorithm": cs.algorithm, "value": cs.value_b64, "type": "FULL_OBJECT"}
         return meta
 
+    return build
+
+
+def version_committer(
+    gw: Gateway, bucket: str, build: BuildMeta, precondition: Any = None
+) -> Callable[[Written], dict[str, Any]]:
+    """`commit(written)` (worker thread, after the data is durable): build the version from
+    the bucket as it is now, store it with its journal entry (the store checks
+    `precondition` in the same transaction) and free the data it displaced. If it raises,
+    the caller (datapath's `then`) deletes the data just written."""
+
     def commit(written: Written) -> dict[str, Any]:
-        meta = build(written, gw.store.get_bucket(bucket.name))
+        meta = build(written, gw.store.get_bucket(bucket))
         displaced = gw.store.put_version(meta, precondition=precondition)
         gw.free_now(displaced)
         return meta
 
+    return commit
+
+
+def write_headers(bucket: Bucket, meta: dict[str, Any], written: Written) -> dict[str, str]:
+    """The headers answering a new object's write: ETag, the version id on a bucket that has
+    (had) versioning, the checksum computed or verified."""
+    headers = _write_headers(bucket, meta)
+    headers.update(written.checksums.headers())
+    return headers
+
+
+async def put_object(gw: Gateway, req: Request, p: Principal, ctx: Any) -> Response:
+    bucket = await gw.bucket(req.bucket, p)
+    require_length(req.headers)
+    refuse_unsupported_writes(req.headers)
+    build = version_builder(
+        bucket, req.key, req.headers,
+        tags=xmldoc.parse_tagging_header(req.headers.get("x-amz-tagging")),
+        user_meta=user_metadata(req.headers), sys_headers=system_headers(req.headers),
+        content_type=req.headers.get("content-type"),
+    )
+    precondition = write_precondition(req.headers)
+    commit = version_committer(gw, bucket.name, build, precondition)
     # Without a precondition (checked inside the store's transaction) a small PUT commits
     # in a batch with others.
     group = GroupCommit(bucket.name, build) if precondition is None else None
     written, meta = await write_body(gw, req, ctx, gw.location_for(bucket), then=commit, group=group)
     assert meta is not None
-    headers = _write_headers(bucket, meta)
-    headers.update(written.checksums.headers())
-    return Response(headers=headers)
+    return Response(headers=write_headers(bucket, meta, written))
 
 
 def lookup_sync(gw: Gateway, bucket: str, key: str, version_id: str | None) -> dict[str, Any]:
