@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import threading
+import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
 
 from crossbeat.populator.extension import Message
 from crossbeat.populator.publisher import Publisher, ensure_topics
-from tests.support.procs import Service, wait_until
+from tests.support.procs import Service, start_service, wait_until
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(240)]
 
@@ -42,18 +45,18 @@ class Collector:
 
 
 def start_query(spark: Any, broker: Service, topic: str, tmp_path: Path, sink: Collector,
-                **options: str) -> Any:
-    reader = (
-        spark.readStream.format("crossbeat-kafka")
-        .option("kafka.bootstrap.servers", broker.address)
-        .option("subscribe", topic)
+                name: str = "", **options: str) -> Any:
+    reader = spark.readStream.format("crossbeat-kafka").option(
+        "kafka.bootstrap.servers", broker.address
     )
+    if "subscribePattern" not in options:
+        reader = reader.option("subscribe", topic)
     for k, v in options.items():
         reader = reader.option(k, v)
     return (
         reader.load()
         .writeStream.foreachBatch(sink)
-        .option("checkpointLocation", str(tmp_path / f"cp-{topic}"))
+        .option("checkpointLocation", str(tmp_path / f"cp-{topic}{name}"))
         .trigger(processingTime="200 milliseconds")
         .start()
     )
@@ -167,3 +170,190 @@ def test_reader_alone_initial_latest_limits_and_ranges(broker: Service) -> None:
         earliest.stop()
         latest_reader.stop()
         close_readers()
+
+
+@pytest.fixture(scope="module")
+def retention_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
+    """A broker applying retention every 100 ms (the session broker: every 5 minutes)."""
+    service = start_service(
+        ["broker", "--data-dir", str(tmp_path_factory.mktemp("retention-broker")),
+         "--listen", "127.0.0.1:0"],
+        env={"CROSSBEAT_BROKER_RETENTION_CHECK_INTERVAL_MS": "100"},
+    )
+    yield service
+    service.stop()
+
+
+def create_topic(broker: Service, partitions: int = 1, **config: str) -> str:
+    topic = f"src-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": broker.address})
+    admin.create_topics([NewTopic(topic, partitions, -1, config=config)])[topic].result(30)
+    return topic
+
+
+def watermarks(broker: Service, topic: str, partition: int = 0) -> tuple[int, int]:
+    c = Consumer({"bootstrap.servers": broker.address, "group.id": "watermarks"})
+    try:
+        lo, hi = c.get_watermark_offsets(TopicPartition(topic, partition), 10, cached=False)
+        return lo, hi
+    finally:
+        c.close()
+
+
+def truncated_topic(broker: Service) -> str:
+    """A one-partition topic whose offsets 0-9 retention removed; 10-14 remain."""
+    topic = create_topic(broker, **{"retention.ms": "3600000"})
+    producer = Producer({"bootstrap.servers": broker.address})
+    two_hours_ago = int(time.time() * 1000) - 2 * 3600 * 1000
+    for i in range(10):
+        producer.produce(topic, orjson.dumps({"i": i}), timestamp=two_hours_ago)
+    producer.flush(30)
+    wait_until(lambda: watermarks(broker, topic) == (10, 10), timeout=30, what="retention")
+    for i in range(10, 15):
+        producer.produce(topic, orjson.dumps({"i": i}))
+    producer.flush(30)
+    assert watermarks(broker, topic) == (10, 15)
+    return topic
+
+
+def test_reader_data_loss_truncated_deleted_and_recreated_topics(retention_broker: Service) -> None:
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    from crossbeat.spark.kafka_client import DataLossError, close_readers, read_range
+    from crossbeat.spark.source import KafkaStreamReader
+
+    broker = retention_broker
+    topic = truncated_topic(broker)
+    base = {"kafka.bootstrap.servers": broker.address, "subscribe": topic,
+            "startingOffsets": orjson.dumps({topic: {"0": 0}}).decode()}
+    strict = KafkaStreamReader(base)
+    lenient = KafkaStreamReader({**base, "failOnDataLoss": "false"})
+
+    def values(reader: Any, start: Any, end: Any) -> list[int]:
+        return [orjson.loads(v)["i"] for part in reader.partitions(start, end)
+                for batch in reader.read(part) for v in batch.column("value").to_pylist()]
+
+    try:
+        # planning: the query's next offset 0 is below the earliest offset, 10
+        start = strict.initialOffset()
+        assert start == {topic: {"0": 0}}
+        with pytest.raises(DataLossError, match=rf"{topic}\[0\]: offsets 0 to 9 are no longer "
+                           "available .*failOnDataLoss.* to \"false\""):
+            strict.latestOffset(start, ReadAllAvailable())
+        end = lenient.latestOffset(start, ReadAllAvailable())
+        assert end == {topic: {"0": 15}}
+        assert values(lenient, start, end) == list(range(10, 15))
+        # reading: records removed after the batch was planned
+        with pytest.raises(DataLossError, match=rf"{topic}\[0\]: offsets 3 to 9 are no longer"):
+            list(read_range(broker.address, topic, 0, 3, 12))
+        rows = read_range(broker.address, topic, 0, 3, 12, fail_on_data_loss=False)
+        assert [o for b in rows for o in b.column("offset").to_pylist()] == [10, 11]
+
+        # the topic is deleted: its partition is gone
+        admin = AdminClient({"bootstrap.servers": broker.address})
+        admin.delete_topics([topic])[topic].result(30)
+        wait_until(lambda: not admin.list_topics(timeout=10).topics.get(topic), timeout=30,
+                   what="topic deleted")
+        with pytest.raises(DataLossError, match=rf"{topic}\[0\] is gone .* from offset 15"):
+            strict.latestOffset(end, ReadAllAvailable())
+        assert lenient.latestOffset(end, ReadAllAvailable()) == {}
+        with pytest.raises(DataLossError, match=rf"{topic}\[0\] is gone"):
+            list(read_range(broker.address, topic, 0, 12, 15))
+
+        # ... and recreated with fewer records than the query had read: offsets went back
+        admin.create_topics([NewTopic(topic, 1, -1)])[topic].result(30)
+        Publisher(broker.address).publish(Message(topic, b"k", {"i": i}) for i in range(3))
+        with pytest.raises(DataLossError, match=rf"{topic}\[0\]: offset 15 is past the end "
+                           r"of the partition \(3\)"):
+            strict.latestOffset(end, ReadAllAvailable())
+        again = lenient.latestOffset(end, ReadAllAvailable())
+        assert again == {topic: {"0": 3}}
+        assert values(lenient, end, again) == [0, 1, 2]
+        with pytest.raises(DataLossError, match=rf"{topic}\[0\]: offsets 3 to 14 no longer exist"):
+            list(read_range(broker.address, topic, 0, 0, 15))
+    finally:
+        strict.stop()
+        lenient.stop()
+        close_readers()
+
+
+def test_query_fails_on_data_loss_or_continues_from_earliest(
+    spark: Any, retention_broker: Service, tmp_path: Path
+) -> None:
+    topic = truncated_topic(retention_broker)
+    start = orjson.dumps({topic: {"0": 0}}).decode()
+    failing, lenient = Collector(), Collector()
+    q_fail = start_query(spark, retention_broker, topic, tmp_path, failing, name="-fail",
+                         startingOffsets=start)
+    q_skip = start_query(spark, retention_broker, topic, tmp_path, lenient, name="-skip",
+                         startingOffsets=start, failOnDataLoss="false")
+    try:
+        wait_until(lambda: len(lenient.values()) >= 5, timeout=120, what="rows after the loss")
+        assert lenient.values() == list(range(10, 15))
+        wait_until(lambda: not q_fail.isActive, timeout=60, what="query failed")
+        error = str(q_fail.exception())
+        assert f"{topic}[0]: offsets 0 to 9 are no longer available" in error
+        assert "failOnDataLoss" in error and failing.rows == []
+    finally:
+        q_fail.stop()
+        q_skip.stop()
+
+
+def test_pattern_headers_timestamp_type_and_batch_reads(
+    spark: Any, broker: Service, tmp_path: Path
+) -> None:
+    prefix = f"pat-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": broker.address})
+    first, outsider, later = f"{prefix}-a", f"x{prefix}-a", f"{prefix}-b"
+    for name, parts in ((first, 2), (outsider, 1)):
+        admin.create_topics([NewTopic(name, parts, -1)])[name].result(30)
+    producer = Producer({"bootstrap.servers": broker.address})
+    for i in range(4):
+        producer.produce(first, orjson.dumps({"i": i}), partition=i % 2,
+                         headers=[("h", b"v%d" % i), ("none", None)])
+    producer.produce(outsider, orjson.dumps({"i": 99}))  # the pattern must match whole names
+    producer.flush(30)
+    sink = Collector()
+    q = start_query(spark, broker, prefix, tmp_path, sink,
+                    subscribePattern=f"{prefix}-.*", includeHeaders="true")
+    try:
+        wait_until(lambda: len(sink.values()) >= 4, timeout=120, what="rows of the first topic")
+        # a matching topic created while the query runs is read from its start
+        admin.create_topics([NewTopic(later, 1, -1, config={
+            "message.timestamp.type": "LogAppendTime"})])[later].result(30)
+        producer.produce(later, orjson.dumps({"i": 4}))
+        producer.flush(30)
+        wait_until(lambda: len(sink.values()) >= 5, timeout=60, what="rows of the new topic")
+        assert sink.values() == list(range(5))
+    finally:
+        q.stop()
+    rows = {orjson.loads(r["value"])["i"]: r for r in sink.rows}
+    assert list(rows[0]) == ["key", "value", "topic", "partition", "offset", "timestamp",
+                             "timestampType", "headers"]
+    assert (rows[2]["topic"], rows[2]["partition"], rows[2]["timestampType"]) == (first, 0, 0)
+    assert [h.asDict() for h in rows[2]["headers"]] == [{"key": "h", "value": b"v2"},
+                                                        {"key": "none", "value": None}]
+    assert (rows[4]["topic"], rows[4]["timestampType"], rows[4]["headers"]) == (later, 1, None)
+
+    def batch(**options: str) -> Any:
+        reader = spark.read.format("crossbeat-kafka").option("kafka.bootstrap.servers",
+                                                             broker.address)
+        for k, v in options.items():
+            reader = reader.option(k, v)
+        return reader.load()
+
+    whole = batch(subscribePattern=f"{prefix}-.*")  # earliest to latest by default
+    assert whole.columns == list(rows[0])[:-1]
+    assert sorted(orjson.loads(r.value)["i"] for r in whole.collect()) == list(range(5))
+    part = batch(assign=orjson.dumps({first: [1]}).decode(),
+                 startingOffsets=orjson.dumps({first: {"1": 1}}).decode(),
+                 endingOffsets=orjson.dumps({first: {"1": -1}}).decode())
+    assert [(r.partition, r.offset, orjson.loads(r.value)["i"]) for r in part.collect()] == [
+        (1, 1, 3)
+    ]
+    with pytest.raises(Exception, match="failOnDataLoss must be true or false"):
+        batch(subscribe=first, failOnDataLoss="maybe")
+    with pytest.raises(Exception, match="Only one of the following options can be specified"):
+        spark.readStream.format("crossbeat-kafka").option(
+            "kafka.bootstrap.servers", broker.address
+        ).option("subscribe", first).option("assign", "{}").load()

@@ -18,6 +18,7 @@ from crossbeat.spark.worker_heap import freeze_heap
 
 log = logging.getLogger(__name__)
 
+# Spark's Kafka source rows, in its column order; `headers` only with includeHeaders.
 ARROW_SCHEMA = pa.schema(
     [
         ("key", pa.binary()),
@@ -26,15 +27,51 @@ ARROW_SCHEMA = pa.schema(
         ("partition", pa.int32()),
         ("offset", pa.int64()),
         ("timestamp", pa.timestamp("us", tz="UTC")),
+        ("timestampType", pa.int32()),
     ]
 )
+HEADERS_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+ARROW_SCHEMA_WITH_HEADERS = ARROW_SCHEMA.append(pa.field("headers", HEADERS_TYPE))
 SPARK_SCHEMA = (
-    "key binary, value binary, topic string, partition int, offset long, timestamp timestamp"
+    "key binary, value binary, topic string, partition int, offset long, timestamp timestamp, "
+    "timestampType int"
 )
+SPARK_SCHEMA_WITH_HEADERS = SPARK_SCHEMA + ", headers array<struct<key: string, value: binary>>"
+
+# Kafka topics no subscription pattern matches (Java's exclude.internal.topics).
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 
 
 class SourceError(CrossbeatError):
     """The Kafka-protocol source cannot read what Spark asked for."""
+
+
+class DataLossError(SourceError):
+    """Records the query should read no longer exist (failOnDataLoss=true)."""
+
+
+FAIL_HINT = (
+    "Some data may have been lost because it is not available in Kafka any more: either it "
+    "was aged out by retention, or the topic was deleted (or recreated) before all its data "
+    "was processed. If you don't want your streaming query to fail on such cases, set the "
+    'source option "failOnDataLoss" to "false".'
+)
+WARN_HINT = (
+    "Some data may have been lost because it is not available in Kafka any more: either it "
+    "was aged out by retention, or the topic was deleted (or recreated) before all its data "
+    "was processed. Reading continues from the earliest available offset; if you want your "
+    'streaming query to fail on such cases, set the source option "failOnDataLoss" to "true".'
+)
+
+
+def report_loss(lost: list[str], fail: bool) -> None:
+    """Raise DataLossError naming every partition in `lost` (`fail`), or log each one."""
+    if not lost:
+        return
+    if fail:
+        raise DataLossError("; ".join(lost) + ". " + FAIL_HINT)
+    for message in lost:
+        log.warning("%s. %s", message, WARN_HINT)
 
 
 def consumer(brokers: str, group: str | None = None, **extra: Any) -> Consumer:
@@ -59,17 +96,36 @@ class Watermarks:
         self._timeout = timeout
 
     def partitions(self, topic: str) -> list[int]:
+        """The partitions of `topic`, none if it does not exist; KafkaException for any
+        other error (a leader election, …), which must not pass for a deleted topic."""
         meta = self._consumer.list_topics(topic, timeout=self._timeout).topics.get(topic)
-        if meta is None or meta.error is not None or not meta.partitions:
+        if meta is None:
             return []
+        if meta.error is not None:
+            if meta.error.code() in _NO_SUCH_TOPIC:
+                return []
+            raise KafkaException(meta.error)
         return sorted(meta.partitions)
 
-    def offsets(self, topics: list[str]) -> tuple[Offsets, Offsets]:
-        """(earliest, latest) for every partition of `topics` (missing topics: none)."""
+    def all_partitions(self) -> dict[str, list[int]]:
+        """Every topic of the cluster (internal ones excluded) and its partitions."""
+        topics = self._consumer.list_topics(timeout=self._timeout).topics
+        out: dict[str, list[int]] = {}
+        for name, meta in topics.items():
+            if name in INTERNAL_TOPICS:
+                continue
+            if meta.error is not None and meta.error.code() not in _NO_SUCH_TOPIC:
+                raise KafkaException(meta.error)
+            if meta.error is None and meta.partitions:
+                out[name] = sorted(meta.partitions)
+        return out
+
+    def offsets(self, partitions: dict[str, list[int]]) -> tuple[Offsets, Offsets]:
+        """(earliest, latest) for every partition in `partitions` ({topic: [partition]})."""
         low: Offsets = {}
         high: Offsets = {}
-        for topic in topics:
-            for p in self.partitions(topic):
+        for topic, parts in partitions.items():
+            for p in parts:
                 lo, hi = self._consumer.get_watermark_offsets(
                     TopicPartition(topic, p), timeout=self._timeout, cached=False
                 )
@@ -89,6 +145,12 @@ class Watermarks:
 
     def close(self) -> None:
         self._consumer.close()
+
+
+GAP_CHECK_S = 1.0  # a read making no progress this long checks its records still exist
+_NO_SUCH_TOPIC = frozenset(
+    {KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC, KafkaError._UNKNOWN_PARTITION}
+)
 
 
 class PauseGate:
@@ -153,62 +215,133 @@ class PauseGate:
 
 def read_range(
     brokers: str, topic: str, partition: int, begin: int, until: int,
-    *, batch_rows: int = 10_000, stall_timeout: float = 60.0,
+    *, fail_on_data_loss: bool = True, include_headers: bool = False,
+    batch_rows: int = 10_000, stall_timeout: float = 60.0,
 ) -> Iterator[pa.RecordBatch]:
-    """Records [begin, until) of one partition as Arrow batches of ARROW_SCHEMA.
+    """Records [begin, until) of one partition as Arrow batches of ARROW_SCHEMA (with
+    `include_headers`, ARROW_SCHEMA_WITH_HEADERS).
 
     Offsets may have holes (compaction, control records): reading stops at the first
     record at or past `until - 1`, or at end of partition once the position reaches
-    `until`. No progress for `stall_timeout` seconds is an error (Spark retries the task).
+    `until`. Records of the range that no longer exist (removed by retention since the
+    batch was planned, topic deleted or recreated) are data loss: DataLossError naming
+    them, or with `fail_on_data_loss` false a warning and whatever of the range remains.
+    No progress for `stall_timeout` seconds is an error (Spark retries the task).
     """
+    schema = ARROW_SCHEMA_WITH_HEADERS if include_headers else ARROW_SCHEMA
     c = _reader(brokers)
     try:
         c.assign([TopicPartition(topic, partition, begin)])
-        cols: dict[str, list[Any]] = {name: [] for name in ARROW_SCHEMA.names}
-        last_progress = time.monotonic()
-        nxt = begin
+        cols: dict[str, list[Any]] = {name: [] for name in schema.names}
+        last_progress = check_at = time.monotonic()
+        nxt = floor = begin
+
+        def skip(lost: str | None, resume: int | None) -> None:
+            """Records at `nxt` vanished: report them, resume where the partition now has
+            the rest of the range (or end it)."""
+            nonlocal nxt, floor
+            if lost is not None:
+                report_loss([lost], fail_on_data_loss)
+            if resume is None:
+                nxt = until
+            else:
+                c.assign([TopicPartition(topic, partition, resume)])
+                nxt = floor = resume
+
         while nxt < until:
             msgs = c.consume(num_messages=min(batch_rows, until - nxt), timeout=0.05)
             if not msgs:
-                if time.monotonic() - last_progress > stall_timeout:
+                now = time.monotonic()
+                if now - last_progress > stall_timeout:
                     raise SourceError(f"{topic}[{partition}]: no records at {nxt} (want {until})")
+                if now - check_at > GAP_CHECK_S:
+                    # librdkafka waits quietly on a deleted partition: ask the broker.
+                    check_at = now
+                    lost, resume = _gap(c, topic, partition, nxt, until)
+                    if lost is not None:
+                        skip(lost, resume)
                 continue
             for msg in msgs:
+                if msg.topic() is not None and (msg.topic(), msg.partition()) != (topic, partition):
+                    continue  # left over from the reader's previous assignment
                 err = msg.error()
                 if err is not None:
-                    if err.code() == KafkaError._PARTITION_EOF:
-                        pos = c.position([TopicPartition(topic, partition)])[0].offset
-                        if pos >= until:
-                            nxt = until
-                        continue
-                    raise SourceError(f"{topic}[{partition}]: {err}")
+                    code = err.code()
+                    if code == KafkaError._PARTITION_EOF:
+                        nxt = max(nxt, c.position([TopicPartition(topic, partition)])[0].offset)
+                        if nxt >= until:
+                            break
+                        # at the end before `until`: did the planned records vanish?
+                        lost, resume = _gap(c, topic, partition, nxt, until)
+                        if lost is None:
+                            continue  # a stale end: the records are on their way
+                    elif code == KafkaError._AUTO_OFFSET_RESET or code in _NO_SUCH_TOPIC:
+                        lost, resume = _gap(c, topic, partition, nxt, until)
+                    else:
+                        raise SourceError(f"{topic}[{partition}]: {err}")
+                    skip(lost, resume)
+                    break
                 off = msg.offset()
                 assert off is not None
-                if msg.topic() != topic or msg.partition() != partition or off < begin:
-                    continue  # left over from the reader's previous assignment
+                if off < floor:
+                    continue  # fetched before the reader moved on
                 if off >= until:
                     nxt = until
                     break
-                _, ts = msg.timestamp()
+                ts_type, ts = msg.timestamp()
                 cols["key"].append(msg.key())
                 cols["value"].append(msg.value())
                 cols["topic"].append(topic)
                 cols["partition"].append(partition)
                 cols["offset"].append(off)
                 cols["timestamp"].append(ts * 1000 if ts and ts > 0 else None)
+                # Java's TimestampType ids, as Spark shows them: -1 none, 0 CreateTime,
+                # 1 LogAppendTime (confluent-kafka counts from 0 for none)
+                cols["timestampType"].append(ts_type - 1)
+                if include_headers:
+                    # a consumed record's headers are a list of (key, value) pairs
+                    headers: list[tuple[str, bytes | None]] = msg.headers() or []  # type: ignore[assignment]
+                    cols["headers"].append(
+                        [{"key": k, "value": v} for k, v in headers] if headers else None
+                    )
                 nxt = off + 1
-                last_progress = time.monotonic()
+                last_progress = check_at = time.monotonic()
             if len(cols["offset"]) >= batch_rows:
-                yield pa.RecordBatch.from_pydict(cols, schema=ARROW_SCHEMA)
-                cols = {name: [] for name in ARROW_SCHEMA.names}
+                yield pa.RecordBatch.from_pydict(cols, schema=schema)
+                cols = {name: [] for name in schema.names}
         if cols["offset"]:
-            yield pa.RecordBatch.from_pydict(cols, schema=ARROW_SCHEMA)
+            yield pa.RecordBatch.from_pydict(cols, schema=schema)
     except KafkaException as exc:
         _drop_reader(brokers)
         raise SourceError(f"{topic}[{partition}]: {exc}") from exc
     except BaseException:
         _drop_reader(brokers)
         raise
+
+
+def _gap(
+    c: Consumer, topic: str, partition: int, nxt: int, until: int
+) -> tuple[str | None, int | None]:
+    """Reading [nxt, until) hit an offset out of range or the end of the partition: what
+    was lost (None: nothing, e.g. a stale end) and where to resume (None: nowhere)."""
+    try:
+        lo, hi = c.get_watermark_offsets(
+            TopicPartition(topic, partition), timeout=10.0, cached=False
+        )
+    except KafkaException as exc:
+        if exc.args[0].code() not in _NO_SUCH_TOPIC:
+            raise
+        return (f"{topic}[{partition}] is gone (topic deleted): offsets {nxt} to {until - 1} "
+                "were not read"), None
+    if nxt < lo:
+        lost = (f"{topic}[{partition}]: offsets {nxt} to {min(lo, until) - 1} are no longer "
+                f"available (the earliest offset is now {lo})")
+        return lost, (lo if lo < until else None)
+    if hi < until and nxt >= hi:
+        return (f"{topic}[{partition}]: offsets {nxt} to {until - 1} no longer exist (the "
+                f"partition now ends at {hi}: the topic was deleted and recreated, or the "
+                "broker lost records)"), None
+    return None, nxt
 
 
 # One reading consumer per Python worker and broker list, reused across tasks: creating
@@ -223,7 +356,9 @@ def _reader(brokers: str) -> Consumer:
         # hold a fetch open; and librdkafka keeps one fetch in flight per broker, so a
         # fetch long-polling past the end of the previous range (500 ms by default) would
         # delay the first fetch of the next one by that much.
-        extra: dict[str, Any] = {"fetch.wait.max.ms": 10}
+        # A range start no longer on the broker must be seen, not silently reset (to
+        # earliest: records skipped; to latest: the read stalls), hence "error".
+        extra: dict[str, Any] = {"fetch.wait.max.ms": 10, "auto.offset.reset": "error"}
         _READERS[brokers] = consumer(brokers, None, **extra)
         freeze_heap()  # the worker's modules and this reader live as long as the worker
     return _READERS[brokers]

@@ -53,3 +53,68 @@ def ranges(start: Offsets, end: Offsets) -> list[tuple[str, int, int, int]]:
             if until > begin:
                 out.append((topic, int(p), begin, until))
     return out
+
+
+EARLIEST, LATEST = -2, -1
+"""Spark's sentinels in a startingOffsets/endingOffsets JSON document."""
+
+
+def resolve(doc: Offsets, low: Offsets, high: Offsets) -> Offsets:
+    """`doc` with Spark's sentinels replaced: -2 by the partition's earliest offset, -1 by
+    its latest (a partition the broker does not know keeps the sentinel's 0)."""
+    out: Offsets = {}
+    for topic, parts in doc.items():
+        for p, off in parts.items():
+            if off == EARLIEST:
+                off = low.get(topic, {}).get(p, 0)
+            elif off == LATEST:
+                off = high.get(topic, {}).get(p, 0)
+            out.setdefault(topic, {})[p] = off
+    return out
+
+
+def reconcile(
+    start: Offsets, low: Offsets, high: Offsets, *, report_new: bool
+) -> tuple[Offsets, list[str]]:
+    """Where reading resumes, given the partitions as they are now (`low`/`high`: earliest
+    and latest offsets of every partition read), and what could not be read (one message
+    per partition, empty when nothing was lost).
+
+    - a partition of `start` that no longer exists is dropped (should it come back, it is
+      a new partition);
+    - a next offset below the earliest offset (records removed by retention, topic
+      truncated or recreated) or past the latest one (topic recreated with fewer records)
+      moves to the earliest offset;
+    - a partition not in `start` is added at its earliest offset; with `report_new`, one
+      that does not start at 0 lost its first records (as Spark's Kafka source reports).
+    """
+    out: Offsets = {}
+    lost: list[str] = []
+    for topic, parts in start.items():
+        for p, off in parts.items():
+            if p not in high.get(topic, {}):
+                lost.append(f"{topic}[{p}] is gone (topic deleted, or recreated with fewer "
+                            f"partitions): its records from offset {off} on were not read")
+                continue
+            lo, hi = low[topic][p], high[topic][p]
+            if off < lo:
+                lost.append(f"{topic}[{p}]: offsets {off} to {lo - 1} are no longer "
+                            f"available (the earliest offset is now {lo})")
+                off = lo
+            elif off > hi:
+                lost.append(f"{topic}[{p}]: offset {off} is past the end of the partition "
+                            f"({hi}): the topic was deleted and recreated (or the broker lost "
+                            f"records); records of the old partition from offset {off} on were "
+                            f"not read")
+                off = lo
+            out.setdefault(topic, {})[p] = off
+    for topic, parts in high.items():
+        for p in parts:
+            if p in start.get(topic, {}):
+                continue
+            lo = low.get(topic, {}).get(p, 0)
+            if report_new and lo > 0:
+                lost.append(f"{topic}[{p}] is new but starts at offset {lo} instead of 0: "
+                            f"offsets 0 to {lo - 1} were removed before the query saw them")
+            out.setdefault(topic, {})[p] = lo
+    return out, lost

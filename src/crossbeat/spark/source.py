@@ -1,51 +1,297 @@
-"""`format("crossbeat-kafka")`: a PySpark streaming source over Kafka-protocol topics.
+"""`format("crossbeat-kafka")`: a PySpark source over Kafka-protocol topics, streaming
+(`spark.readStream`) and batch (`spark.read`), behaving as Spark's built-in Kafka source
+(`format("kafka")`) for the options below.
 
 Works the same against the embedded broker and any Apache Kafka cluster: it only uses
-librdkafka (confluent-kafka). Options:
-- `kafka.bootstrap.servers` (required) and `subscribe` (comma-separated topics);
-- `startingOffsets`: `earliest` (default), `latest`, or JSON `{"topic": {"0": 42}}` — used
-  only when the query has no checkpoint yet;
-- `maxOffsetsPerTrigger`: at most this many records per micro-batch, shared between
-  partitions in proportion to their backlog;
+librdkafka (confluent-kafka). Options (names case-insensitive; an unknown option or an
+invalid value fails `load()` with a message naming it):
+- `kafka.bootstrap.servers` (required);
+- exactly one of `subscribe` (comma-separated topics), `subscribePattern` (a regular
+  expression the whole topic name must match, as Java's; topics created later that match
+  are read from their earliest offset; internal topics never match) or `assign` (JSON
+  `{"topic": [0, 1]}`: exactly these partitions);
+- `startingOffsets`: `earliest` (default), `latest` (streaming only), or JSON
+  `{"topic": {"0": 42}}` where -2 means earliest and -1 latest (streaming only); a
+  partition the JSON does not name starts at its earliest offset. Streaming: used only
+  when the query has no checkpoint yet;
+- `endingOffsets` (batch only): `latest` (default) or JSON as above (-1 latest; a
+  partition not named ends at its latest offset; an offset past the latest one reads to
+  the latest one);
+- `failOnDataLoss` (default `true`): records the query should read but that no longer
+  exist — below a partition's earliest offset (retention, a truncated or recreated topic),
+  past its end (a topic recreated smaller), a partition that disappeared, or a partition
+  discovered late whose first records are gone — fail the query with a `DataLossError`
+  naming topic, partition and the offsets lost. `false`: log a warning and continue from
+  the earliest offset available;
+- `includeHeaders` (default `false`): add the `headers` column;
+- `maxOffsetsPerTrigger` (streaming): at most this many records per micro-batch, shared
+  between partitions in proportion to their backlog;
 - `rowsPerTask` (default 20000): a micro-batch's partition ranges are packed into Spark
   tasks of about this many records (a partition's range is never split), so a small
   batch is one task;
-- `kafka.group.id`: processed offsets are committed to this consumer group after each
-  batch (lag visible with kafka-consumer-groups, kcat, …); the Spark checkpoint stays the
-  source of truth, so the group trails by up to one batch;
-- `pauseTopic` + `pauseKey`: while the last record for `pauseKey` in that topic says
-  `{"paused": true}`, the stream makes no progress (nothing is skipped).
+- `kafka.group.id` (streaming): processed offsets are committed to this consumer group
+  after each batch (lag visible with kafka-consumer-groups, kcat, …); the Spark
+  checkpoint stays the source of truth, so the group trails by up to one batch;
+- `pauseTopic` + `pauseKey` (streaming): while the last record for `pauseKey` in that
+  topic says `{"paused": true}`, the stream makes no progress (nothing is skipped).
+Spark's other Kafka options (other `kafka.*` consumer settings, timestamp offsets,
+`minPartitions`, …) are not supported and rejected.
 
-Rows: key binary, value binary, topic string, partition int, offset long, timestamp.
+Rows, as Spark's Kafka source: key binary, value binary, topic string, partition int,
+offset long, timestamp timestamp, timestampType int (0 CreateTime, 1 LogAppendTime, -1
+none); with `includeHeaders`, headers array<struct<key: string, value: binary>> (null for
+a record without headers).
 
 Per the PySpark model, `initialOffset`/`latestOffset`/`partitions`/`commit` run on a
 long-lived driver object (holding the clients below), while each `read()` runs on an
-executor from a pickled copy and opens its own consumer.
+executor from a pickled copy and opens its own consumer. Data loss is checked both when
+a micro-batch is planned and when its records are read (retention may remove them in
+between).
 """
 
 from __future__ import annotations
 
 import logging
+import re
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
 from confluent_kafka import KafkaException
-from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    InputPartition,
+)
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 
 from crossbeat.spark import kafka_client
 from crossbeat.spark.offsets import (
+    EARLIEST,
+    LATEST,
+    Offsets,
     limit_offsets,
     merge_new_partitions,
     normalise,
     ranges,
+    reconcile,
+    resolve,
 )
 
 log = logging.getLogger(__name__)
 PAUSE_REFRESH_S = 1.0
 DEFAULT_ROWS_PER_TASK = 20_000
+
+STRATEGIES = ("subscribe", "subscribePattern", "assign")
+KNOWN_OPTIONS = frozenset(
+    {
+        "kafka.bootstrap.servers", "bootstrap", "subscribe", "subscribepattern", "assign",
+        "startingoffsets", "endingoffsets", "failondataloss", "includeheaders",
+        "maxoffsetspertrigger", "rowspertask", "kafka.group.id", "pausetopic", "pausekey",
+    }
+)
+OFFSETS_EXAMPLE = '{"topicA":{"0":23,"1":-1},"topicB":{"0":-2}}'
+ASSIGN_EXAMPLE = '{"topicA":[0,1],"topicB":[0,1]}'
+
+
+@dataclass(frozen=True)
+class Subscription:
+    """Which partitions the query reads: `subscribe` topics, topics matching
+    `subscribePattern`, or `assign`ed partitions."""
+
+    topics: tuple[str, ...] = ()
+    pattern: re.Pattern[str] | None = None
+    assigned: tuple[tuple[str, tuple[int, ...]], ...] | None = None
+
+    def covers(self, topic: str, partition: int) -> bool:
+        if self.pattern is not None:
+            return self.pattern.fullmatch(topic) is not None
+        if self.assigned is not None:
+            return partition in dict(self.assigned).get(topic, ())
+        return topic in self.topics
+
+    def restrict(self, offsets: Offsets) -> Offsets:
+        """`offsets` without the partitions the query no longer reads (its options
+        changed since the checkpoint): they are not data loss."""
+        out: Offsets = {}
+        for topic, parts in offsets.items():
+            kept = {p: o for p, o in parts.items() if self.covers(topic, int(p))}
+            if kept:
+                out[topic] = kept
+        return out
+
+    def partitions(self, wm: kafka_client.Watermarks) -> dict[str, list[int]]:
+        """The partitions to read as they exist now."""
+        if self.pattern is not None:
+            return {t: ps for t, ps in wm.all_partitions().items() if self.covers(t, 0)}
+        if self.assigned is not None:
+            out = {}
+            for topic, wanted in self.assigned:
+                existing = set(wm.partitions(topic))
+                out[topic] = [p for p in wanted if p in existing]
+            return out
+        return {topic: wm.partitions(topic) for topic in self.topics}
+
+
+@dataclass(frozen=True)
+class SourceOptions:
+    brokers: str
+    subscription: Subscription
+    starting: str | Offsets  # "earliest", "latest" or offsets with -2/-1 sentinels
+    ending: str | Offsets
+    fail_on_data_loss: bool
+    include_headers: bool
+    max_rows: int | None
+    rows_per_task: int
+    group: str | None
+    pause_topic: str | None
+    pause_key: str
+
+
+def _bool(opts: dict[str, str], key: str, name: str, default: bool) -> bool:
+    value = opts.get(key)
+    if value is None:
+        return default
+    if value.strip().lower() not in ("true", "false"):
+        raise ValueError(f"option {name} must be true or false, got {value!r}")
+    return value.strip().lower() == "true"
+
+
+def _positive(opts: dict[str, str], key: str, name: str, default: int | None) -> int | None:
+    value = opts.get(key)
+    if value is None or not value.strip():
+        return default
+    try:
+        number = int(value)
+    except ValueError:
+        number = 0
+    if number < 1:
+        raise ValueError(f"option {name} must be a positive integer, got {value!r}")
+    return number
+
+
+def _subscription(opts: dict[str, str]) -> Subscription:
+    given = [name for name in STRATEGIES if name.lower() in opts]
+    if not given:
+        raise ValueError("One of the following options must be specified for Kafka source: "
+                         f"{', '.join(STRATEGIES)}. See the docs for more details.")
+    if len(given) > 1:
+        raise ValueError("Only one of the following options can be specified for Kafka "
+                         f"source: {', '.join(STRATEGIES)}. See the docs for more details.")
+    name = given[0]
+    value = opts[name.lower()]
+    if name == "subscribe":
+        topics = tuple(t.strip() for t in value.split(",") if t.strip())
+        if not topics:
+            raise ValueError("No topics to subscribe to as specified value for option "
+                             f"'subscribe' is '{value}'")
+        return Subscription(topics=topics)
+    if name == "subscribePattern":
+        if not value.strip():
+            raise ValueError("Pattern to subscribe is empty as specified value for option "
+                             f"'subscribePattern' is '{value}'")
+        try:
+            return Subscription(pattern=re.compile(value.strip()))
+        except re.error as exc:
+            raise ValueError(f"option subscribePattern {value!r} is not a valid regular "
+                             f"expression: {exc}") from None
+    if not value.strip().startswith("{"):
+        raise ValueError("No topicpartitions to assign as specified value for option "
+                         f"'assign' is '{value}'")
+    try:
+        doc = orjson.loads(value)
+        assigned = tuple(
+            (str(topic), tuple(sorted({_partition(p) for p in parts})))
+            for topic, parts in doc.items()
+            if isinstance(parts, list) and parts  # checked below
+        )
+        if len(assigned) != len(doc) or not assigned:
+            raise ValueError
+    except (orjson.JSONDecodeError, AttributeError, TypeError, ValueError):
+        raise ValueError(f"option assign: expected e.g. {ASSIGN_EXAMPLE}, got {value}") from None
+    return Subscription(assigned=assigned)
+
+
+def _partition(p: Any) -> int:
+    if isinstance(p, bool) or not isinstance(p, int) or p < 0:
+        raise ValueError
+    return p
+
+
+def _offsets_option(value: str, name: str, sub: Subscription) -> str | Offsets:
+    if value.strip().lower() in ("earliest", "latest"):
+        return value.strip().lower()
+    try:
+        doc = orjson.loads(value)
+        offsets = {
+            str(t): {str(_partition(int(p))): int(o) for p, o in parts.items()}
+            for t, parts in doc.items()
+        }
+        if any(isinstance(o, (bool, float)) for parts in doc.values() for o in parts.values()):
+            raise ValueError
+    except (orjson.JSONDecodeError, AttributeError, TypeError, ValueError):
+        raise ValueError(f"option {name}: expected earliest, latest or e.g. {OFFSETS_EXAMPLE}, "
+                         f"got {value}") from None
+    for topic, parts in offsets.items():
+        for p, off in parts.items():
+            if off < EARLIEST:
+                raise ValueError(f"option {name}: offset {off} of {topic}[{p}] is invalid "
+                                 "(an offset, or -2 for earliest, -1 for latest)")
+            if not sub.covers(topic, int(p)):
+                raise ValueError(f"option {name} names {topic}[{p}], which the query does "
+                                 "not read (see subscribe, subscribePattern or assign)")
+    return offsets
+
+
+def parse_options(options: Mapping[str, str], *, streaming: bool | None = None) -> SourceOptions:
+    """Validate the options of `format("crossbeat-kafka")` (see the module docstring);
+    ValueError naming the first bad one. `streaming` None: valid for either kind of query."""
+    opts = {k.lower(): str(v) for k, v in options.items()}
+    unknown = sorted(k for k in opts if k not in KNOWN_OPTIONS)
+    if unknown:
+        raise ValueError(f"crossbeat-kafka does not support option(s) {', '.join(unknown)} "
+                         "(supported: kafka.bootstrap.servers, subscribe, subscribePattern, "
+                         "assign, startingOffsets, endingOffsets, failOnDataLoss, "
+                         "includeHeaders, maxOffsetsPerTrigger, rowsPerTask, kafka.group.id, "
+                         "pauseTopic, pauseKey)")
+    brokers = (opts.get("kafka.bootstrap.servers") or opts.get("bootstrap") or "").strip()
+    if not brokers:
+        raise ValueError("crossbeat-kafka needs option kafka.bootstrap.servers")
+    sub = _subscription(opts)
+    starting = _offsets_option(opts.get("startingoffsets", "earliest"), "startingOffsets", sub)
+    ending = _offsets_option(opts.get("endingoffsets", "latest"), "endingOffsets", sub)
+    if streaming and "endingoffsets" in opts:
+        raise ValueError("option endingOffsets is for batch queries only (spark.read)")
+    if streaming is False:
+        if starting == "latest" or (
+            isinstance(starting, dict)
+            and any(o == LATEST for parts in starting.values() for o in parts.values())
+        ):
+            raise ValueError("startingOffsets can't be latest (-1) for batch queries")
+        if ending == "earliest" or (
+            isinstance(ending, dict)
+            and any(o == EARLIEST for parts in ending.values() for o in parts.values())
+        ):
+            raise ValueError("endingOffsets can't be earliest (-2) for batch queries")
+    if "pausekey" in opts and "pausetopic" not in opts:
+        raise ValueError("option pauseKey needs pauseTopic")
+    return SourceOptions(
+        brokers=brokers,
+        subscription=sub,
+        starting=starting,
+        ending=ending,
+        fail_on_data_loss=_bool(opts, "failondataloss", "failOnDataLoss", True),
+        include_headers=_bool(opts, "includeheaders", "includeHeaders", False),
+        max_rows=_positive(opts, "maxoffsetspertrigger", "maxOffsetsPerTrigger", None),
+        rows_per_task=_positive(opts, "rowspertask", "rowsPerTask", DEFAULT_ROWS_PER_TASK)
+        or DEFAULT_ROWS_PER_TASK,
+        group=opts.get("kafka.group.id") or None,
+        pause_topic=opts.get("pausetopic") or None,
+        pause_key=opts.get("pausekey") or "",
+    )
 
 
 class KafkaRange(InputPartition):
@@ -80,50 +326,45 @@ def pack(ranges: list[tuple[str, int, int, int]], rows_per_task: int) -> list[Ka
     return tasks
 
 
+def read_ranges(opts: SourceOptions, partition: InputPartition) -> Iterator[Any]:
+    """The records of one task (executor side, stream and batch alike)."""
+    assert isinstance(partition, KafkaRange)
+    for topic, part, begin, until in partition.ranges:
+        yield from kafka_client.read_range(
+            opts.brokers, topic, part, begin, until,
+            fail_on_data_loss=opts.fail_on_data_loss, include_headers=opts.include_headers,
+        )
+
+
 class CrossbeatKafkaDataSource(DataSource):
     @classmethod
     def name(cls) -> str:
         return "crossbeat-kafka"
 
     def schema(self) -> str:
+        # Spark asks for the schema in load(): options are checked there, before any query.
+        opts = parse_options(self.options)
+        if opts.include_headers:
+            return kafka_client.SPARK_SCHEMA_WITH_HEADERS
         return kafka_client.SPARK_SCHEMA
 
     def streamReader(self, schema: Any) -> DataSourceStreamReader:
         return KafkaStreamReader(dict(self.options))
 
+    def reader(self, schema: Any) -> DataSourceReader:
+        return KafkaBatchReader(dict(self.options))
+
 
 class KafkaStreamReader(DataSourceStreamReader):
-    def __init__(self, options: dict[str, str]) -> None:
-        opts = {k.lower(): v for k, v in options.items()}
-        self.brokers = opts.get("kafka.bootstrap.servers") or opts.get("bootstrap") or ""
-        if not self.brokers:
-            raise ValueError("crossbeat-kafka needs option kafka.bootstrap.servers")
-        self.topics = [t.strip() for t in opts.get("subscribe", "").split(",") if t.strip()]
-        if not self.topics:
-            raise ValueError("crossbeat-kafka needs option subscribe (comma-separated topics)")
-        self.starting = opts.get("startingoffsets", "earliest")
-        if self.starting not in ("earliest", "latest"):
-            try:
-                self.starting_doc = normalise(orjson.loads(self.starting))
-            except (orjson.JSONDecodeError, AttributeError, TypeError, ValueError) as exc:
-                raise ValueError(f"bad startingOffsets {self.starting!r}") from exc
-        max_rows = opts.get("maxoffsetspertrigger")
-        self.max_rows = int(max_rows) if max_rows else None
-        if self.max_rows is not None and self.max_rows < 1:
-            raise ValueError("maxOffsetsPerTrigger must be positive")
-        try:
-            self.rows_per_task = int(opts.get("rowspertask", DEFAULT_ROWS_PER_TASK))
-        except ValueError as exc:
-            raise ValueError("rowsPerTask must be an integer") from exc
-        if self.rows_per_task < 1:
-            raise ValueError("rowsPerTask must be positive")
-        self.group = opts.get("kafka.group.id") or None
-        self.pause_topic = opts.get("pausetopic") or None
-        self.pause_key = opts.get("pausekey") or ""
+    def __init__(self, options: Mapping[str, str]) -> None:
+        self.opts = parse_options(options, streaming=True)
+        self.sub = self.opts.subscription
         self._watermarks: kafka_client.Watermarks | None = None
         self._gate: kafka_client.PauseGate | None = None
         self._gate_checked = 0.0
         self._gate_closed = True
+        # (start, end, where reading starts) of the batch latestOffset planned last
+        self._plan: tuple[Offsets, Offsets, Offsets] | None = None
 
     # Clients are driver-only and not picklable: the copies sent to executors drop them.
     def __getstate__(self) -> dict[str, Any]:
@@ -134,14 +375,20 @@ class KafkaStreamReader(DataSourceStreamReader):
 
     def _wm(self) -> kafka_client.Watermarks:
         if self._watermarks is None:
-            self._watermarks = kafka_client.Watermarks(self.brokers, self.group)
+            self._watermarks = kafka_client.Watermarks(self.opts.brokers, self.opts.group)
         return self._watermarks
 
+    def _offsets(self) -> tuple[Offsets, Offsets]:
+        wm = self._wm()
+        return wm.offsets(self.sub.partitions(wm))
+
     def _paused(self) -> bool:
-        if self.pause_topic is None:
+        if self.opts.pause_topic is None:
             return False
         if self._gate is None:
-            self._gate = kafka_client.PauseGate(self.brokers, self.pause_topic, self.pause_key)
+            self._gate = kafka_client.PauseGate(
+                self.opts.brokers, self.opts.pause_topic, self.opts.pause_key
+            )
         now = time.monotonic()
         if now - self._gate_checked >= PAUSE_REFRESH_S:
             self._gate_closed = self._gate.refresh(timeout=0.5)
@@ -149,52 +396,101 @@ class KafkaStreamReader(DataSourceStreamReader):
         return self._gate_closed
 
     def initialOffset(self) -> dict[str, Any]:
-        low, high = self._wm().offsets(self.topics)
-        if self.starting == "earliest":
+        low, high = self._offsets()
+        if self.opts.starting == "earliest":
             return low
-        if self.starting == "latest":
+        if self.opts.starting == "latest":
             return high
-        start = merge_new_partitions(self.starting_doc, high, low)
-        return {t: start.get(t, {}) for t in set(start) | set(high)}
+        assert isinstance(self.opts.starting, dict)
+        # A named offset no longer available is reported by the first latestOffset.
+        return merge_new_partitions(resolve(self.opts.starting, low, high), high, low)
 
     def getDefaultReadLimit(self) -> ReadLimit:
-        return ReadMaxRows(self.max_rows) if self.max_rows else ReadAllAvailable()
+        return ReadMaxRows(self.opts.max_rows) if self.opts.max_rows else ReadAllAvailable()
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
-        begin = normalise(start)
+        previous = normalise(start)
         try:
             if self._paused():
-                return begin
-            low, high = self._wm().offsets(self.topics)
+                return previous
+            low, high = self._offsets()
         except KafkaException as exc:
             # Broker unreachable: plan no new data this trigger rather than fail the query.
-            log.warning("cannot read offsets of %s: %s", self.topics, exc)
-            return begin
-        begin = merge_new_partitions(begin, high, low)
+            log.warning("cannot read offsets of %s: %s", self.sub, exc)
+            return previous
+        begin, lost = reconcile(self.sub.restrict(previous), low, high, report_new=True)
+        kafka_client.report_loss(lost, self.opts.fail_on_data_loss)
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
-        return limit_offsets(begin, high, max_rows)
+        end = limit_offsets(begin, high, max_rows)
+        self._plan = (previous, end, begin)
+        return end
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
-        return pack(ranges(normalise(start), normalise(end)), self.rows_per_task)
+        s, e = normalise(start), normalise(end)
+        if self._plan is not None and self._plan[:2] == (s, e):
+            begin = self._plan[2]  # moved past lost records by latestOffset
+        elif any(o < s.get(t, {}).get(p, 0) for t, parts in e.items() for p, o in parts.items()):
+            # Offsets went back (planned with failOnDataLoss=false before a restart): from
+            # where the partition starts now. Records below it are the reader's to report.
+            low, high = self._offsets()
+            begin, lost = reconcile(self.sub.restrict(s), low, high, report_new=False)
+            kafka_client.report_loss(lost, self.opts.fail_on_data_loss)
+        else:
+            begin = s
+        return pack(ranges(begin, e), self.opts.rows_per_task)
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        assert isinstance(partition, KafkaRange)
-        for topic, part, begin, until in partition.ranges:
-            yield from kafka_client.read_range(self.brokers, topic, part, begin, until)
+        return read_ranges(self.opts, partition)
 
     def commit(self, end: dict[str, Any]) -> None:
-        if self.group is None:
+        if self.opts.group is None:
             return
         try:
             self._wm().commit(normalise(end))
         except Exception as exc:  # noqa: BLE001 - lag reporting must not stop the query
-            log.warning("committing offsets to group %s failed: %s", self.group, exc)
+            log.warning("committing offsets to group %s failed: %s", self.opts.group, exc)
 
     def stop(self) -> None:
         for client in (self._watermarks, self._gate):
             if client is not None:
                 client.close()
         self._watermarks = self._gate = None
+
+
+class KafkaBatchReader(DataSourceReader):
+    """`spark.read`: the records between startingOffsets and endingOffsets, as they are
+    when the query is planned."""
+
+    def __init__(self, options: Mapping[str, str]) -> None:
+        self.opts = parse_options(options, streaming=False)
+
+    def partitions(self) -> Sequence[InputPartition]:
+        wm = kafka_client.Watermarks(self.opts.brokers, None)
+        try:
+            low, high = wm.offsets(self.opts.subscription.partitions(wm))
+        finally:
+            wm.close()
+        start = low
+        if isinstance(self.opts.starting, dict):
+            start = merge_new_partitions(resolve(self.opts.starting, low, high), high, low)
+        begin, lost = reconcile(start, low, high, report_new=False)
+        kafka_client.report_loss(lost, self.opts.fail_on_data_loss)
+        end = high
+        if isinstance(self.opts.ending, dict):
+            named = resolve(self.opts.ending, low, high)
+            end = {
+                t: {p: min(hi, named.get(t, {}).get(p, hi)) for p, hi in parts.items()}
+                for t, parts in high.items()
+            }
+        for topic, parts in end.items():
+            for p, until in parts.items():
+                if until < begin[topic][p]:
+                    raise ValueError(f"{topic}[{p}]: endingOffsets {until} is before the "
+                                     f"starting offset {begin[topic][p]}")
+        return pack(ranges(begin, end), self.opts.rows_per_task)
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        return read_ranges(self.opts, partition)
 
 
 def register(spark: Any) -> None:

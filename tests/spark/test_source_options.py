@@ -1,0 +1,59 @@
+"""Option checking of crossbeat-kafka (no broker, no Spark session: it happens in load())."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("pyspark")
+
+from crossbeat.spark.source import parse_options  # noqa: E402
+
+BASE = {"kafka.bootstrap.servers": "localhost:9092"}
+
+
+@pytest.mark.parametrize(
+    ("options", "streaming", "message"),
+    [
+        ({}, None, "One of the following options must be specified for Kafka source: "
+                   "subscribe, subscribePattern, assign"),
+        ({"subscribe": "a", "assign": '{"a":[0]}'}, None, "Only one of the following options"),
+        ({"subscribe": " , "}, None, "No topics to subscribe to"),
+        ({"subscribePattern": "a("}, None, "not a valid regular expression"),
+        ({"assign": "a"}, None, "No topicpartitions to assign"),
+        ({"assign": '{"a":["x"]}'}, None, 'expected e.g. {"topicA":[0,1]'),
+        ({"subscribe": "a", "failOnDataLoss": "maybe"}, None, "failOnDataLoss must be true or false"),
+        ({"subscribe": "a", "includeHeaders": "1"}, None, "includeHeaders must be true or false"),
+        ({"subscribe": "a", "maxOffsetsPerTrigger": "0"}, None, "maxOffsetsPerTrigger must be a positive"),
+        ({"subscribe": "a", "rowsPerTask": "x"}, None, "rowsPerTask must be a positive"),
+        ({"subscribe": "a", "startingOffsets": "first"}, None, "option startingOffsets: expected"),
+        ({"subscribe": "a", "startingOffsets": '{"a":{"0":-3}}'}, None, "offset -3 of a[0]"),
+        ({"subscribe": "a", "startingOffsets": '{"b":{"0":1}}'}, None, "names b[0], which the query"),
+        ({"subscribePattern": "a.*", "startingOffsets": '{"xa":{"0":1}}'}, None, "names xa[0]"),
+        ({"assign": '{"a":[1]}', "startingOffsets": '{"a":{"0":1}}'}, None, "names a[0]"),
+        ({"subscribe": "a", "startingOffsetsByTimestamp": "{}"}, None,
+         "does not support option(s) startingoffsetsbytimestamp"),
+        ({"subscribe": "a", "kafka.security.protocol": "SSL"}, None, "kafka.security.protocol"),
+        ({"subscribe": "a", "endingOffsets": "latest"}, True, "endingOffsets is for batch"),
+        ({"subscribe": "a", "startingOffsets": "latest"}, False, "can't be latest"),
+        ({"subscribe": "a", "endingOffsets": '{"a":{"0":-2}}'}, False, "can't be earliest"),
+        ({"subscribe": "a", "pauseKey": "k"}, None, "pauseKey needs pauseTopic"),
+    ],
+)
+def test_bad_options_are_refused_naming_the_option(
+    options: dict[str, str], streaming: bool | None, message: str
+) -> None:
+    with pytest.raises(ValueError) as info:
+        parse_options({**BASE, **options}, streaming=streaming)
+    assert message in str(info.value)
+
+
+def test_good_options_parse_as_spark_spells_them() -> None:
+    opts = parse_options({**BASE, "SUBSCRIBEPATTERN": "ev-.*", "failondataloss": "False",
+                          "includeHeaders": "TRUE", "startingOffsets": '{"ev-1":{"0":-2}}'},
+                         streaming=True)
+    assert opts.subscription.covers("ev-1", 3) and not opts.subscription.covers("xev-1", 0)
+    assert (opts.fail_on_data_loss, opts.include_headers) == (False, True)
+    assert opts.starting == {"ev-1": {"0": -2}} and opts.ending == "latest"
+    assigned = parse_options({**BASE, "assign": '{"a":[2,0],"b":[1]}'}).subscription
+    assert assigned.covers("a", 0) and not assigned.covers("a", 1) and assigned.covers("b", 1)
+    assert parse_options({**BASE, "subscribe": "a, b,"}).subscription.topics == ("a", "b")
