@@ -27,6 +27,9 @@ def build_session(master: str = "local[*]", app_name: str = "crossbeat", **conf:
         # the console progress bar redraws into the pipelines' log at every stage
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "2")
+        # streaming queries only, which cannot use adaptive execution: Spark warns at
+        # every query start that it is turned off for them
+        .config("spark.sql.adaptive.enabled", "false")
         .config("spark.python.worker.reuse", "true")
         .config("spark.pyspark.python", sys.executable)
         .config("spark.pyspark.driver.python", sys.executable)
@@ -36,6 +39,13 @@ def build_session(master: str = "local[*]", app_name: str = "crossbeat", **conf:
         # machine; the 15 s default fails queries spuriously.
         .config("spark.python.authenticate.socketTimeout", "120s")
     )
+    if master.startswith("local"):
+        # Everything runs in this process: keep the driver's and block manager's ports on
+        # loopback. Otherwise Spark binds them to the first non-loopback interface it finds
+        # (and warns about the hostname), open to the network for no reason.
+        builder = builder.config("spark.driver.bindAddress", "127.0.0.1").config(
+            "spark.driver.host", "127.0.0.1"
+        )
     for key, value in conf.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
