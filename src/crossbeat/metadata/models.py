@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 # Fields of Bucket that update_bucket may change; name/owner/location/created are fixed.
-BUCKET_MUTABLE_FIELDS = frozenset({"versioning", "replication", "notification", "attrs"})
+BUCKET_MUTABLE_FIELDS = frozenset({"versioning", "replication", "notification", "lifecycle", "attrs"})
 VERSIONING_STATES = frozenset({"", "Enabled", "Suspended"})
 
 
@@ -24,6 +24,7 @@ class Bucket:
     versioning: str = ""  # "", "Enabled", "Suspended"
     replication: dict[str, Any] | None = None  # parsed replication configuration
     notification: dict[str, Any] | None = None  # parsed notification configuration
+    lifecycle: dict[str, Any] | None = None  # parsed lifecycle configuration
     attrs: dict[str, Any] = field(default_factory=dict)  # tagging, object lock flag, …
 
     def to_dict(self) -> dict[str, Any]:

@@ -79,8 +79,9 @@ class MetadataStore(abc.ABC):
 
     @abc.abstractmethod
     def update_bucket(self, name: str, **changes: Any) -> Bucket:
-        """Set any of versioning / replication / notification / attrs (attrs is replaced as a
-        whole); returns the stored bucket. NoSuchBucket; InvalidMetadata for other fields."""
+        """Set any of versioning / replication / notification / lifecycle / attrs (attrs is
+        replaced as a whole); returns the stored bucket. NoSuchBucket; InvalidMetadata for
+        other fields."""
 
     @abc.abstractmethod
     def delete_bucket(self, name: str) -> None:

@@ -1,4 +1,5 @@
-"""Bucket handlers: create/head/delete/list, versioning, replication and notification configs."""
+"""Bucket handlers: create/head/delete/list, versioning, replication, notification and lifecycle
+configs."""
 
 from __future__ import annotations
 
@@ -10,7 +11,14 @@ from typing import TYPE_CHECKING, Any
 
 from crossbeat.metadata import Bucket
 from crossbeat.metadata.errors import BucketExists, BucketNotEmpty, NoSuchBucket
-from crossbeat.s3 import acl, listing, notification_config, replication_config, xmldoc
+from crossbeat.s3 import (
+    acl,
+    lifecycle_config,
+    listing,
+    notification_config,
+    replication_config,
+    xmldoc,
+)
 from crossbeat.s3.auth import Principal
 from crossbeat.s3.datapath import read_document
 from crossbeat.s3.errors import S3Error
@@ -161,6 +169,18 @@ async def put_notification(gw: Gateway, req: Request, p: Principal, ctx: Any) ->
     return Response()
 
 
+async def put_lifecycle(gw: Gateway, req: Request, p: Principal, ctx: Any) -> Response:
+    """PutBucketLifecycleConfiguration (and the legacy PutBucketLifecycle, the same request
+    with rule-level Prefixes): replaces the whole configuration; the lifecycle pass
+    (s3/lifecycle.py) applies it."""
+    await gw.bucket(req.bucket, p, fresh=True)
+    lifecycle_config.require_checksum(req.headers)
+    config = lifecycle_config.parse_lifecycle(await read_document(req, ctx))
+    await gw.run(gw.store.update_bucket, req.bucket, lifecycle=config)
+    gw.forget_bucket(req.bucket)
+    return Response()
+
+
 async def put_tagging(gw: Gateway, req: Request, p: Principal, ctx: Any) -> Response:
     bucket = await gw.bucket(req.bucket, p, fresh=True)
     tags = xmldoc.parse_tagging(await read_document(req, ctx), max_tags=50)
@@ -223,6 +243,12 @@ async def get_sub(gw: Gateway, req: Request, p: Principal, sub: str) -> Response
         return xml_response(replication_config.replication_xml(bucket.replication))
     if sub == "notification":
         return xml_response(notification_config.notification_xml(bucket.notification or {}))
+    if sub == "lifecycle" and bucket.lifecycle:
+        # AWS names the transition size default on every answer; crossbeat has no transitions
+        return xml_response(
+            lifecycle_config.lifecycle_xml(bucket.lifecycle),
+            headers={"x-amz-transition-default-minimum-object-size": "all_storage_classes_128K"},
+        )
     if sub == "tagging":
         tags = bucket.attrs.get("tags")
         if not tags:
@@ -248,6 +274,9 @@ async def delete_sub(gw: Gateway, req: Request, p: Principal, sub: str) -> Respo
         await gw.run(gw.store.update_bucket, req.bucket, replication=None)
     elif sub == "notification":
         await gw.run(gw.store.update_bucket, req.bucket, notification=None)
+    elif sub == "lifecycle":
+        if bucket.lifecycle is not None:  # no journal entry for deleting what is not there
+            await gw.run(gw.store.update_bucket, req.bucket, lifecycle=None)
     elif sub == "tagging":
         attrs = dict(bucket.attrs)
         attrs.pop("tags", None)

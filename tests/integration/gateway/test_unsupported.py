@@ -61,12 +61,13 @@ def test_an_unimplemented_object_api_is_501_and_changes_nothing(s3: Any, bucket:
             {"AllowedMethods": ["GET"], "AllowedOrigins": ["*"]}]}),
         lambda s3, b: s3.put_bucket_policy(Bucket=b, Policy='{"Version": "2012-10-17", "Statement": []}'),
         lambda s3, b: s3.put_bucket_lifecycle_configuration(Bucket=b, LifecycleConfiguration={"Rules": [
-            {"ID": "r", "Status": "Enabled", "Filter": {"Prefix": ""}, "Expiration": {"Days": 1}}]}),
+            {"ID": "r", "Status": "Enabled", "Filter": {"Prefix": ""},
+             "Transitions": [{"Days": 1, "StorageClass": "GLACIER"}]}]}),
         lambda s3, b: s3.get_bucket_metrics_configuration(Bucket=b, Id="m"),
         lambda s3, b: s3.list_bucket_inventory_configurations(Bucket=b),
         lambda s3, b: s3.get_bucket_policy_status(Bucket=b),
     ],
-    ids=["put-cors", "put-policy", "put-lifecycle", "get-metrics", "list-inventory", "policy-status"],
+    ids=["put-cors", "put-policy", "put-lifecycle-transition", "get-metrics", "list-inventory", "policy-status"],
 )
 def test_an_unimplemented_bucket_api_is_501_and_changes_nothing(s3: Any, bucket: str, call: Any) -> None:
     etag = s3.put_object(Bucket=bucket, Key="k", Body=b"payload")["ETag"]

@@ -52,6 +52,18 @@ def test_create_get_list_update_delete_are_journaled(store: SqliteMetadataStore)
     assert set(entries[0]) == {"seq", "op", "bucket", "key", "versionId", "value", "ts"}
 
 
+def test_a_lifecycle_configuration_is_stored_and_journaled_like_the_others(store: SqliteMetadataStore) -> None:
+    store.create_bucket(make("b"))
+    lifecycle = {"rules": [{"id": "r", "status": "Enabled", "expiration": {"days": 1}}]}
+    assert store.update_bucket("b", lifecycle=lifecycle).lifecycle == lifecycle
+    assert store.get_bucket("b").lifecycle == lifecycle  # type: ignore[union-attr]
+    store.update_bucket("b", lifecycle=None)
+    values = [e.value for e in store.read_journal(0, 100)]
+    assert [v["lifecycle"] for v in values if v is not None] == [None, lifecycle, None]
+    # a bucket document written before the field existed reads as "no configuration"
+    assert Bucket.from_dict({"name": "old", "owner": "o", "location": "l", "created": "c"}).lifecycle is None
+
+
 def test_bucket_not_empty_while_versions_or_uploads_remain(store: SqliteMetadataStore) -> None:
     store.create_bucket(make("b"))
     v = version("b", "k", isDeleteMarker=True)
