@@ -16,13 +16,27 @@ codec differs is decoded and rebuilt with that codec before it is appended, as K
 Records are decoded and encoded with kafka-python's record module and `kafka.codec`; which
 codecs can be written depends on the libraries installed (`missing_codec_library`), so a
 topic asking for one the broker cannot write is refused at CreateTopics.
+
+Decoding is bounded: a few KiB of gzip, snappy, lz4 or zstd can claim or expand to GiBs (a
+decompression bomb), and all of this runs in memory on the broker's event loop. The records
+are therefore decompressed here, in chunks, with an explicit output limit (the caller's
+`max_decoded_bytes`, measured as the batch would be uncompressed: header + records), and
+decompression stops with `DecodedTooLarge` as soon as the output would pass it: each
+decompressor is asked for at most one byte more than the room left (a snappy block's stated
+length is checked before it is decompressed), so the output never holds more than the
+limit, whatever the compressed data or its headers claim; the decompressors' own buffers
+(zlib's and gzip's read-ahead, an lz4 block, a zstd window) are bounded by their formats.
+Only then are the records handed, uncompressed, to kafka-python's parser.
 """
 
 from __future__ import annotations
 
 import functools
+import gzip
+import io
 import struct
 from collections.abc import Callable
+from typing import Protocol
 
 import kafka.codec as codecs
 from crc32c import crc32c
@@ -39,13 +53,18 @@ CODECS: dict[str, int] = {"uncompressed": 0, "gzip": 1, "snappy": 2, "lz4": 3, "
 
 _CODEC_MASK = 0x07
 _CRC_AT = 17  # baseOffset i64, batchLength i32, partitionLeaderEpoch i32, magic i8
+_ATTRIBUTES_AT = CRC_START
+_CHUNK = 1 << 20  # largest piece a decompressor is asked for at once
+_XERIAL_MAGIC = b"\x82SNAPPY\x00"  # kafka.codec's _XERIAL_V1_HEADER; version fields ignored
 _NAMES = {codec: name for name, codec in CODECS.items()}
 
 # codec id -> (is its library installed, the package that provides it)
 _AVAILABLE: dict[int, tuple[Callable[[], bool], str]] = {
     1: (codecs.has_gzip, "the standard library's gzip"),
     2: (codecs.has_snappy, "python-snappy"),
-    3: (codecs.has_lz4, "lz4"),
+    # kafka.codec.has_lz4 also counts the lz4f and lz4framed packages; reading in bounded
+    # pieces needs lz4.frame's LZ4FrameDecompressor (the lz4 package, our dependency)
+    3: (lambda: codecs.lz4 is not None, "lz4"),
     4: (codecs.has_zstd, "zstandard"),
 }
 
@@ -62,6 +81,13 @@ _ENCODERS: dict[int, Callable[[bytes], bytes]] = {
 
 class CodecUnavailable(CrossbeatError):
     """A batch needs a codec whose library is not installed (to read it or to write it)."""
+
+
+class DecodedTooLarge(CrossbeatError):
+    """A batch's records, decompressed, are larger than the limit they were decoded under.
+
+    Raised as soon as the output would pass the limit, so at most the limit (and one more
+    byte) was decompressed and nothing was rebuilt."""
 
 
 def target_codec(configs: dict[str, str]) -> int | None:
@@ -86,9 +112,149 @@ def _require(codec: int, purpose: str) -> None:
                                f"{_AVAILABLE[codec][1]}")
 
 
-def recompress(batch: bytes | bytearray | memoryview, header: BatchHeader, codec: int) -> bytearray:
+class _Output:
+    """The decoded batch being filled: the source header with the codec bits cleared, then
+    the decompressed records, refusing to grow past `limit` bytes in all."""
+
+    def __init__(self, header: bytes | bytearray | memoryview, limit: int) -> None:
+        self.buf = bytearray(header)
+        (attributes,) = struct.unpack_from(">h", self.buf, _ATTRIBUTES_AT)
+        struct.pack_into(">h", self.buf, _ATTRIBUTES_AT, attributes & ~_CODEC_MASK)
+        self.limit = limit
+
+    @property
+    def room(self) -> int:
+        """Bytes that may still be added; asking a decompressor for one more than this is
+        how an overflow is noticed without decompressing further."""
+        return self.limit - len(self.buf)
+
+    def next_size(self) -> int:
+        return min(_CHUNK, self.room + 1)
+
+    def add(self, data: bytes | bytearray | memoryview) -> None:
+        if len(data) > self.room:
+            raise self.too_large()
+        self.buf += data
+
+    def too_large(self, why: str = "") -> DecodedTooLarge:
+        return DecodedTooLarge(f"the batch decompresses to more than {self.limit} bytes "
+                               f"(header and records), the most the broker decodes{why}")
+
+
+class _Reader(Protocol):
+    def read(self, size: int = -1, /) -> bytes: ...
+
+
+def _read_all(reader: _Reader, out: _Output) -> None:
+    """Drain `reader`, whose read(n) returns at most n bytes and b"" at the end, into `out`."""
+    while chunk := reader.read(out.next_size()):
+        out.add(chunk)
+
+
+def _gunzip(data: memoryview, out: _Output) -> None:
+    # the reader kafka.codec.gzip_decode uses (several members, zero padding), read in
+    # bounded pieces: GzipFile.read(n) inflates at most n bytes per call
+    with gzip.GzipFile(fileobj=io.BytesIO(data), mode="rb") as reader:
+        _read_all(reader, out)
+
+
+def _unzstd(data: memoryview, out: _Output) -> None:
+    # as kafka.codec.zstd_decode (every frame), read in bounded pieces. A frame's header may
+    # announce any content size or window: the stream reader allocates neither up front
+    # beyond zstd's own window limit (128 MiB by default, touched only as output is written)
+    decompressor = codecs.zstd.ZstdDecompressor()
+    with decompressor.stream_reader(io.BytesIO(data), read_across_frames=True) as reader:
+        _read_all(reader, out)
+
+
+def _unlz4(data: memoryview, out: _Output) -> None:
+    # one frame, what follows it ignored, as lz4.frame.decompress (kafka.codec.lz4_decode)
+    # and Kafka's KafkaLZ4BlockInputStream read it. decompress() without max_length would
+    # allocate whatever content size the frame header claims
+    decompressor = codecs.lz4.LZ4FrameDecompressor()
+    out.add(decompressor.decompress(data, max_length=out.next_size()))
+    while not decompressor.eof:
+        chunk = decompressor.decompress(b"", max_length=out.next_size())
+        if not chunk and decompressor.needs_input:
+            raise CorruptBatch("lz4 frame is truncated")
+        out.add(chunk)
+
+
+def _varint32(data: memoryview) -> int:
+    """The little-endian base-128 length a raw snappy block starts with."""
+    value = 0
+    for i in range(min(5, len(data))):
+        value |= (data[i] & 0x7F) << (7 * i)
+        if not data[i] & 0x80:
+            return value
+    raise CorruptBatch("snappy block has no valid uncompressed length")
+
+
+def _unsnappy_block(block: memoryview, out: _Output) -> None:
+    # snappy's decoder allocates the uncompressed length the block header states before it
+    # reads anything else: check that claim against the room left first
+    claimed = _varint32(block)
+    if claimed > out.room:
+        raise out.too_large(f": a snappy block claims {claimed} bytes, {out.room} are left")
+    out.add(codecs.snappy.decompress(bytes(block)))
+
+
+def _unsnappy(data: memoryview, out: _Output) -> None:
+    # as kafka.codec.snappy_decode: xerial framing (16-byte header, then blocks of a
+    # big-endian i32 length and a raw snappy block), or else one raw snappy block
+    if not (len(data) > 16 and data[:8] == _XERIAL_MAGIC):
+        _unsnappy_block(data, out)
+        return
+    pos = 16
+    while pos < len(data):
+        if pos + 4 > len(data):
+            raise CorruptBatch("xerial snappy block length is truncated")
+        (size,) = struct.unpack_from(">i", data, pos)
+        pos += 4
+        if size < 0 or pos + size > len(data):
+            raise CorruptBatch(f"xerial snappy block of {size} bytes does not fit the batch")
+        _unsnappy_block(data[pos:pos + size], out)
+        pos += size
+
+
+_DECODERS: dict[int, Callable[[memoryview, _Output], None]] = {
+    1: _gunzip,
+    2: _unsnappy,
+    3: _unlz4,
+    4: _unzstd,
+}
+
+
+def _decoded(batch: bytes | bytearray | memoryview, header: BatchHeader, limit: int) -> bytearray:
+    """`batch` as it would be uncompressed (codec bits cleared, records decompressed), at
+    most `limit` bytes; raises DecodedTooLarge past it and CorruptBatch for bad data."""
+    view = memoryview(batch)[:header.size]
+    out = _Output(view[:HEADER_SIZE], limit)
+    records = view[HEADER_SIZE:]
+    if header.compression == 0:
+        out.add(records)
+        return out.buf
+    try:
+        _DECODERS[header.compression](records, out)
+    except (DecodedTooLarge, CorruptBatch):
+        raise
+    except Exception as exc:
+        # each library raises its own types (zlib.error, EOFError, gzip.BadGzipFile,
+        # RuntimeError, ZstdError, snappy's UncompressError...): all mean unreadable bytes
+        raise CorruptBatch(f"cannot decode the {_NAMES[header.compression]} records of the "
+                           f"batch: {exc}") from exc
+    return out.buf
+
+
+def recompress(batch: bytes | bytearray | memoryview, header: BatchHeader, codec: int, *,
+               max_decoded_bytes: int) -> bytearray:
     """Rebuild the validated RecordBatch v2 `batch` (whose parsed header is `header`) with
     codec id `codec`, keeping what the module docstring lists.
+
+    `max_decoded_bytes` bounds the batch as it would be uncompressed (61-byte header plus
+    decompressed records): past it, decoding stops and DecodedTooLarge is raised, with no
+    more than that held in memory. It says nothing about the rebuilt batch, which the
+    caller checks against `max.message.bytes` itself.
 
     Raises CorruptBatch when its records cannot be decoded (bad compressed data, records
     that do not match the header's count, malformed record fields), and CodecUnavailable
@@ -98,15 +264,15 @@ def recompress(batch: bytes | bytearray | memoryview, header: BatchHeader, codec
         raise CorruptBatch(f"unknown compression codec {header.compression}")
     _require(header.compression, "read")
     _require(codec, "write")
+    plain_source = DefaultRecordBatch(_decoded(batch, header, max_decoded_bytes))
     builder = DefaultRecordBatchBuilder(
         magic=2, compression_type=0, is_transactional=header.is_transactional,
         producer_id=header.producer_id, producer_epoch=header.producer_epoch,
         base_sequence=header.base_sequence, batch_size=2**31 - 1)
     try:
-        # any failure of a decompressor or of the record parser means bytes we cannot read:
-        # each library raises its own types (zlib.error, EOFError, RuntimeError, ZstdError,
-        # kafka's CorruptRecordError, UnicodeDecodeError for a header key...)
-        for delta, record in enumerate(DefaultRecordBatch(bytes(batch))):
+        # any failure of the record parser means bytes we cannot read (kafka's
+        # CorruptRecordError, UnicodeDecodeError for a header key...)
+        for delta, record in enumerate(plain_source):
             builder.append(delta, timestamp=record.timestamp, key=record.key,
                            value=record.value, headers=record.headers)
     except Exception as exc:

@@ -1,10 +1,16 @@
 """Rebuilding a batch in a topic's compression.type: every codec pair, what the batch keeps,
-undecodable records, and a codec whose library is missing (refused at CreateTopics)."""
+undecodable records, a codec whose library is missing (refused at CreateTopics), and the
+decoding limit: decompression bombs of every codec stop at it without allocating what they
+expand to, and a batch exactly at it is rebuilt."""
 
 from __future__ import annotations
 
+import functools
+import gzip
 import itertools
 import struct
+import tracemalloc
+from collections.abc import Callable
 from typing import Any
 
 import kafka.codec
@@ -16,6 +22,7 @@ from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchB
 from crossbeat.broker.recompress import (
     CODECS,
     CodecUnavailable,
+    DecodedTooLarge,
     missing_codec_library,
     recompress,
     target_codec,
@@ -34,6 +41,7 @@ RECORDS: list[tuple[int, bytes | None, bytes | None, list[tuple[str, bytes | Non
 ]
 ATTRIBUTES_OFFSET = 21
 PID, EPOCH, SEQ = 4242, 3, 17
+UNBOUNDED = 1 << 40  # for tests not about the decoding limit
 
 
 def fix_crc(buf: bytearray) -> bytearray:
@@ -55,7 +63,7 @@ def source(codec: int, records: list[Any] = RECORDS, attributes: int = 0) -> byt
         struct.pack_into(">h", buf, ATTRIBUTES_OFFSET, attrs | attributes)
         fix_crc(buf)
     if codec:
-        buf = recompress(buf, parse_header(buf), codec)
+        buf = recompress(buf, parse_header(buf), codec, max_decoded_bytes=UNBOUNDED)
     assert parse_header(buf).compression == codec
     return buf
 
@@ -72,7 +80,7 @@ EXPECTED = [(i, ts, key, value, headers) for i, (ts, key, value, headers) in enu
     pair for pair in itertools.product(CODECS.values(), repeat=2) if pair[0] != pair[1]])
 def test_every_codec_pair_keeps_records_and_producer_fields(src: int, dst: int) -> None:
     original = source(src)
-    out = recompress(original, parse_header(original), dst)
+    out = recompress(original, parse_header(original), dst, max_decoded_bytes=UNBOUNDED)
 
     header = validate_batch(out)  # lengths, CRC-32C, count vs last delta
     assert header.compression == dst
@@ -88,7 +96,7 @@ def test_every_codec_pair_keeps_records_and_producer_fields(src: int, dst: int) 
 def test_incompressible_batch_still_gets_the_codec(dst: int) -> None:
     # kafka-python's own builder would store this uncompressed: compression makes it bigger
     tiny = source(0, [(T0, None, b"x", [])])
-    out = recompress(tiny, parse_header(tiny), dst)
+    out = recompress(tiny, parse_header(tiny), dst, max_decoded_bytes=UNBOUNDED)
     assert len(out) > len(tiny)
     assert validate_batch(out).compression == dst
     assert decoded(out) == [(0, T0, None, b"x", [])]
@@ -96,7 +104,7 @@ def test_incompressible_batch_still_gets_the_codec(dst: int) -> None:
 
 def test_timestamp_type_and_transactional_bits_are_kept() -> None:
     original = source(0, attributes=0x08 | 0x10)  # LogAppendTime, transactional
-    out = recompress(original, parse_header(original), CODECS["gzip"])
+    out = recompress(original, parse_header(original), CODECS["gzip"], max_decoded_bytes=UNBOUNDED)
     header = validate_batch(out)
     assert (header.is_log_append_time, header.is_transactional, header.is_control) == (
         True, True, False)
@@ -109,7 +117,7 @@ def test_timestamp_type_and_transactional_bits_are_kept() -> None:
 def test_base_offset_and_leader_epoch_are_kept() -> None:
     original = source(0)
     struct.pack_into(">qii", original, 0, 77, len(original) - 12, 9)
-    out = recompress(original, parse_header(original), CODECS["lz4"])
+    out = recompress(original, parse_header(original), CODECS["lz4"], max_decoded_bytes=UNBOUNDED)
     header = validate_batch(out)
     assert (header.base_offset, header.leader_epoch) == (77, 9)
     assert [r[0] for r in decoded(out)] == [77, 78, 79, 80]
@@ -119,7 +127,7 @@ def test_undecodable_compressed_data_is_corrupt() -> None:
     gz = source(CODECS["gzip"])
     gz[70:80] = b"\xff" * 10  # inside the deflate stream
     with pytest.raises(CorruptBatch, match="cannot decode the gzip records"):
-        recompress(fix_crc(gz), parse_header(gz), CODECS["zstd"])
+        recompress(fix_crc(gz), parse_header(gz), CODECS["zstd"], max_decoded_bytes=UNBOUNDED)
 
 
 def test_records_missing_behind_the_header_count_are_corrupt() -> None:
@@ -129,7 +137,7 @@ def test_records_missing_behind_the_header_count_are_corrupt() -> None:
     struct.pack_into(">i", plain, 57, len(RECORDS) + 1)
     validate_batch(fix_crc(plain))
     with pytest.raises(CorruptBatch):
-        recompress(plain, parse_header(plain), CODECS["snappy"])
+        recompress(plain, parse_header(plain), CODECS["snappy"], max_decoded_bytes=UNBOUNDED)
 
 
 def test_target_codec() -> None:
@@ -148,9 +156,9 @@ def test_missing_library_refuses_the_codec_to_write_and_read(monkeypatch: pytest
     assert missing_codec_library("producer") is None
     plain = source(0)
     with pytest.raises(CodecUnavailable, match="cannot write zstd: the broker lacks zstandard"):
-        recompress(plain, parse_header(plain), CODECS["zstd"])
+        recompress(plain, parse_header(plain), CODECS["zstd"], max_decoded_bytes=UNBOUNDED)
     with pytest.raises(CodecUnavailable, match="cannot read zstd"):
-        recompress(zstd, parse_header(zstd), CODECS["gzip"])
+        recompress(zstd, parse_header(zstd), CODECS["gzip"], max_decoded_bytes=UNBOUNDED)
 
 
 def test_create_topics_refuses_a_codec_without_its_library(
@@ -167,3 +175,123 @@ def test_create_topics_refuses_a_codec_without_its_library(
     assert info.value.args[0].name() == "INVALID_CONFIG"
     futures["gzip-topic"].result(timeout=20)
     assert set(admin.list_topics(timeout=10).topics) == {"gzip-topic"}
+
+
+# --- the decoding limit ---------------------------------------------------------------------
+
+LIMIT = 1 << 20
+BOMB = 64 << 20  # what the bombs below expand to: 64 times LIMIT
+COMPRESSED = [c for c in CODECS.values() if c]
+
+
+def with_records(batch: bytearray, codec: int, records: bytes) -> bytearray:
+    """`batch`'s header with `records` as its (compressed) records, codec bits `codec`, and
+    length and CRC to match."""
+    out = bytearray(batch[:61]) + records
+    struct.pack_into(">i", out, 8, len(out) - 12)
+    (attrs,) = struct.unpack_from(">h", out, ATTRIBUTES_OFFSET)
+    struct.pack_into(">h", out, ATTRIBUTES_OFFSET, (attrs & ~0x07) | codec)
+    return fix_crc(out)
+
+
+@functools.cache
+def bomb(codec: int) -> bytes:
+    """A valid batch of one record whose value is BOMB zero bytes, in `codec`: a few KiB
+    (snappy, whose ratio is at most ~21, some MiB) that decode to BOMB + 61 + a few bytes."""
+    return bytes(source(codec, [(T0, None, bytes(BOMB), [])]))
+
+
+def peak_while(call: Callable[[], object]) -> tuple[object, int]:
+    """What `call` returned or raised, and the most Python memory it held at once."""
+    tracemalloc.start()
+    try:
+        try:
+            result: object = call()
+        except Exception as exc:
+            result = exc
+        return result, tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+@pytest.mark.parametrize("codec", COMPRESSED)
+def test_bomb_stops_at_the_limit_without_decoding_it_all(codec: int) -> None:
+    batch = bomb(codec)
+    assert len(batch) < BOMB // 20
+    target = CODECS["zstd"] if codec != CODECS["zstd"] else CODECS["gzip"]
+    result, peak = peak_while(
+        lambda: recompress(batch, parse_header(batch), target, max_decoded_bytes=LIMIT))
+    assert isinstance(result, DecodedTooLarge), result
+    assert f"more than {LIMIT} bytes" in str(result)
+    # decoding it all would hold BOMB (64 MiB) at least once, kafka-python's decoders twice
+    assert peak < 4 * LIMIT + len(batch), peak
+
+
+@pytest.mark.parametrize("codec", COMPRESSED)
+def test_batch_decoding_to_exactly_the_limit_is_rebuilt(codec: int) -> None:
+    # highly compressible, many records: what a legitimate producer of logs sends
+    records: list[Any] = [(T0 + i, b"k%d" % (i % 10), b"INFO request served path=/api/v1/items " * 20, [])
+               for i in range(1000)]  # ~0.8 MB, under source()'s batch_size
+    plain = source(0, records)
+    batch = source(codec, records)
+    assert len(batch) * 10 < len(plain)
+    target = CODECS["uncompressed"] if codec != 0 else CODECS["gzip"]
+    out = recompress(batch, parse_header(batch), target, max_decoded_bytes=len(plain))
+    assert [r[2:] for r in decoded(out)] == [(k, v, h) for _, k, v, h in records]
+    with pytest.raises(DecodedTooLarge):
+        recompress(batch, parse_header(batch), target, max_decoded_bytes=len(plain) - 1)
+
+
+def test_uncompressed_batch_over_the_limit_is_refused_too() -> None:
+    plain = source(0)
+    assert recompress(plain, parse_header(plain), CODECS["lz4"], max_decoded_bytes=len(plain))
+    with pytest.raises(DecodedTooLarge):
+        recompress(plain, parse_header(plain), CODECS["lz4"], max_decoded_bytes=len(plain) - 1)
+
+
+def snappy_length(n: int) -> bytes:
+    out = bytearray()
+    while n >= 0x80:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    return bytes(out + bytes([n]))
+
+
+@pytest.mark.parametrize("xerial", [False, True])
+def test_snappy_block_claiming_gibs_is_refused_before_it_is_decompressed(xerial: bool) -> None:
+    # a raw snappy block starts with its uncompressed length; the decoder allocates that much
+    # before it reads on, so 4 GiB claimed by 5 bytes would be 4 GiB allocated
+    block = snappy_length(2**32 - 1) + b"\x00" * 32
+    if xerial:
+        block = (b"\x82SNAPPY\x00" + struct.pack(">ii", 1, 1)
+                 + struct.pack(">i", len(block)) + block)
+    batch = with_records(source(0), CODECS["snappy"], block)
+    result, peak = peak_while(
+        lambda: recompress(batch, parse_header(batch), CODECS["gzip"], max_decoded_bytes=LIMIT))
+    assert isinstance(result, DecodedTooLarge), result
+    assert "more than 1048576 bytes" in str(result) and "claims 4294967295 bytes" in str(result)
+    assert peak < LIMIT, peak
+
+
+def test_gzip_members_and_zstd_frames_count_together() -> None:
+    # several gzip members or zstd frames are read as one stream, as kafka.codec reads them;
+    # the limit is on their sum, so splitting a bomb does not get around it
+    plain = source(0)
+    records = bytes(plain[61:])
+    half = len(records) // 2
+    two_gzip = gzip.compress(records[:half]) + gzip.compress(records[half:])
+    zstd = kafka.codec.zstd.ZstdCompressor()
+    two_zstd = zstd.compress(records[:half]) + zstd.compress(records[half:])
+    for codec, payload in [(CODECS["gzip"], two_gzip), (CODECS["zstd"], two_zstd)]:
+        batch = with_records(plain, codec, payload)
+        out = recompress(batch, parse_header(batch), 0, max_decoded_bytes=len(plain))
+        assert decoded(out) == EXPECTED
+        with pytest.raises(DecodedTooLarge):
+            recompress(batch, parse_header(batch), 0, max_decoded_bytes=len(plain) - 1)
+
+
+def test_truncated_lz4_frame_is_corrupt() -> None:
+    lz4 = source(CODECS["lz4"])
+    batch = with_records(lz4, CODECS["lz4"], bytes(lz4[61:-20]))
+    with pytest.raises(CorruptBatch, match="lz4"):
+        recompress(batch, parse_header(batch), 0, max_decoded_bytes=LIMIT)

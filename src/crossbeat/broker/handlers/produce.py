@@ -17,7 +17,11 @@ it is written; other partitions of the same request are unaffected. Old message 
 A topic whose `compression.type` names a codec gets every batch in that codec: one produced
 with another is rebuilt first (`crossbeat.broker.recompress`); records that cannot be
 decoded are CORRUPT_MESSAGE, and a rebuilt batch larger than `max.message.bytes` is
-MESSAGE_TOO_LARGE. With `producer`, the default, batches are stored as produced, unread.
+MESSAGE_TOO_LARGE. Decoding is bounded: a batch that decompresses (header + records) to more
+than the broker's `max_decompressed_batch_bytes` — or, for `uncompressed`, than
+`max.message.bytes`, since the rebuilt batch would be that large — is MESSAGE_TOO_LARGE too,
+found before more than that was decompressed. With `producer`, the default, batches are
+stored as produced, unread.
 """
 
 from __future__ import annotations
@@ -34,7 +38,12 @@ from kafka.protocol.producer import ProduceResponse
 from crossbeat.broker.errors import ErrorCode
 from crossbeat.broker.handlers.context import Context
 from crossbeat.broker.producers import Verdict
-from crossbeat.broker.recompress import CodecUnavailable, recompress, target_codec
+from crossbeat.broker.recompress import (
+    CodecUnavailable,
+    DecodedTooLarge,
+    recompress,
+    target_codec,
+)
 from crossbeat.stream.batch import CRC_START, validate_batch
 from crossbeat.stream.errors import CorruptBatch, StreamError, StreamNotFound
 
@@ -103,8 +112,21 @@ async def produce_one(ctx: Context, topic_name: str, index: int, records: Any,
     if codec is not None and codec != header.compression:
         # before the sequence check, so a batch refused here leaves no pending state;
         # synchronous, so batches of one partition still reach the store in arrival order
+        decoded_limit = broker.settings.max_decompressed_batch_bytes
+        if codec == 0:  # stored uncompressed, the decoded batch is the one to check
+            decoded_limit = min(decoded_limit, limit)
         try:
-            buf = recompress(records, header, codec)
+            buf = recompress(records, header, codec, max_decoded_bytes=decoded_limit)
+        except DecodedTooLarge as exc:
+            # MESSAGE_TOO_LARGE, not CORRUPT_MESSAGE: the bytes are valid, there are just too
+            # many once decoded, which is how Kafka answers a batch its rebuild makes too large
+            # (RecordTooLargeException). The Java producer splits such a batch and retries the
+            # halves, where CORRUPT_MESSAGE is retriable and would be resent unchanged
+            # (Kafka trunk's max.decompressed.message.bytes bounds one record, not the batch,
+            # and answers INVALID_RECORD for it)
+            log.warning("produce to %s-%d from %s: batch refused: %s",
+                        topic_name, index, ctx.client_host, exc)
+            return _fail(ErrorCode.MESSAGE_TOO_LARGE, str(exc))
         except CorruptBatch as exc:
             log.warning("produce to %s-%d from %s: undecodable batch rejected: %s",
                         topic_name, index, ctx.client_host, exc)
