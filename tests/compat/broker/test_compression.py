@@ -1,6 +1,9 @@
 """A topic's compression.type is applied: batches produced (by librdkafka, also idempotent)
 in another codec are stored in the topic's, every record comes back to confluent-kafka and
 kafka-python unchanged, and `producer` keeps the producer's codec without decoding it.
+Decoding is bounded: a decompression bomb of each codec is refused MESSAGE_TOO_LARGE,
+nothing of it stored and the broker still serving, while a batch that decodes to exactly
+the limit is stored.
 
 The stored codec is read from the batches of a raw Fetch (kafka-python's protocol classes),
 i.e. what every consumer receives."""
@@ -11,6 +14,8 @@ import socket
 import struct
 import time
 import uuid
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -265,3 +270,90 @@ def test_rebuilt_batch_over_max_message_bytes_is_too_large(
     answer = raw_produce(broker.address, topic_name, gzipped)
     assert answer.error_code == MESSAGE_TOO_LARGE
     assert stored_batches(broker.address, topic_name) == []
+
+
+DECODE_LIMIT = 1 << 20  # the small broker's max_decompressed_batch_bytes
+BOMB = 16 << 20  # what each bomb expands to
+
+
+@pytest.fixture
+def small_decode_broker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[BrokerProcess]:
+    """A broker that decodes batches of at most DECODE_LIMIT bytes (it inherits our env)."""
+    monkeypatch.setenv("CROSSBEAT_BROKER_MAX_DECOMPRESSED_BATCH_BYTES", str(DECODE_LIMIT))
+    proc = BrokerProcess(tmp_path / "data")
+    proc.start()
+    try:
+        yield proc
+    finally:
+        if proc.service is not None and proc.service.proc.poll() is None:
+            proc.stop()
+
+
+def batch_of(sent: list[Message], codec: int) -> bytes:
+    """`sent` as one RecordBatch in `codec`, as a producer would build it."""
+    b = DefaultRecordBatchBuilder(magic=2, compression_type=codec, is_transactional=False,
+                                  producer_id=-1, producer_epoch=-1, base_sequence=-1,
+                                  batch_size=1 << 30)
+    for delta, (key, value, headers, ts) in enumerate(sent):
+        assert b.append(delta, timestamp=ts, key=key, value=value, headers=headers)
+    buf = bytes(b.build())
+    assert buf[22] & 0x07 == codec
+    return buf
+
+
+def decoding_to(size: int) -> list[Message]:
+    """Log-like messages whose uncompressed batch is exactly `size` bytes."""
+    line = b"INFO 2026-01-01T00:00:00Z request served path=/api/v1/items status=200 "
+    sent: list[Message] = [(b"host-%d" % (i % 8), line * 10, [("n", b"%d" % i)], T0 + i)
+                           for i in range(size // 800)]
+    for _ in range(5):  # the last value's length varint may change size once
+        missing = size - len(batch_of(sent, 0))
+        if missing == 0:
+            return sent
+        key, value, headers, ts = sent[-1]
+        sent[-1] = (key, (value or b"")[:len(value or b"") + missing].ljust(
+            len(value or b"") + missing, b"."), headers, ts)
+    raise AssertionError(f"cannot size a batch to {size} bytes")
+
+
+@pytest.mark.parametrize("codec", ["gzip", "snappy", "lz4", "zstd"])
+def test_decompression_bomb_is_too_large_and_the_broker_carries_on(
+        small_decode_broker: BrokerProcess, topic_name: str, codec: str) -> None:
+    address = small_decode_broker.address
+    topic_codec = "zstd" if codec != "zstd" else "gzip"
+    create(address, topic_name, **{"compression.type": topic_codec})
+    bomb = batch_of([(None, bytes(BOMB), [], T0)], CODEC_IDS[codec])
+    assert len(bomb) < DECODE_LIMIT  # under max.message.bytes: only decoding can tell
+
+    answer = raw_produce(address, topic_name, bomb)
+    assert answer.error_code == MESSAGE_TOO_LARGE, answer
+    assert f"decompresses to more than {DECODE_LIMIT} bytes" in answer.error_message
+    assert stored_batches(address, topic_name) == []
+    # still serving, the same connection-less way, and the next batch is stored
+    small: list[Message] = [(b"k", b"after the bomb " * 20, [], T0)]  # compressible
+    assert raw_produce(address, topic_name, batch_of(small, CODEC_IDS[codec])).error_code == 0
+    [stored] = stored_batches(address, topic_name)
+    assert (stored.compression_type, stored.base_offset) == (CODEC_IDS[topic_codec], 0)
+    assert [r.value for r in stored] == [b"after the bomb " * 20]
+    assert small_decode_broker.service is not None
+    assert small_decode_broker.service.proc.poll() is None
+
+
+@pytest.mark.parametrize(("codec", "topic_codec"), [("gzip", "zstd"), ("snappy", "uncompressed")])
+def test_batch_decoding_to_exactly_the_limit_is_stored(
+        small_decode_broker: BrokerProcess, topic_name: str, codec: str,
+        topic_codec: str) -> None:
+    address = small_decode_broker.address
+    create(address, topic_name, **{"compression.type": topic_codec,
+                                   "max.message.bytes": str(2 * DECODE_LIMIT)})
+    sent = decoding_to(DECODE_LIMIT)
+    batch = batch_of(sent, CODEC_IDS[codec])
+    assert len(batch) * 10 < DECODE_LIMIT  # highly compressible, as logs are
+
+    one_more = decoding_to(DECODE_LIMIT + 1)
+    answer = raw_produce(address, topic_name, batch_of(one_more, CODEC_IDS[codec]))
+    assert answer.error_code == MESSAGE_TOO_LARGE, answer
+    assert raw_produce(address, topic_name, batch).error_code == 0
+    [stored] = stored_batches(address, topic_name)
+    assert stored.compression_type == CODEC_IDS[topic_codec]
+    assert_both_clients_read(address, topic_name, sent)
