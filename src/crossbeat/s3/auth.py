@@ -366,6 +366,12 @@ def _verify_v4(key: bytes, amz_date: str, scope: str, creq: str, signature: str)
     check_signature(key, string_to_sign, signature.lower())
 
 
+def parse_credential(credential: str, code: str) -> tuple[str, str, str]:
+    """(access key, yyyymmdd, region) of a SigV4 credential `AK/date/region/s3/aws4_request`;
+    S3Error `code` when it is malformed."""
+    return _parse_credential(credential, code)
+
+
 def _parse_credential(credential: str, code: str) -> tuple[str, str, str]:
     parts = credential.rsplit("/", 4)
     if len(parts) != 5 or not parts[0]:

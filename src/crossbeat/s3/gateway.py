@@ -17,7 +17,7 @@ from crossbeat.metadata.settings import MetadataSettings
 from crossbeat.repositories import CorruptData, NoSuchData, Repository, open_repositories
 from crossbeat.repositories.registry import cleanup_repositories, names_by_repository
 from crossbeat.repositories.settings import RepositorySettings
-from crossbeat.s3 import router
+from crossbeat.s3 import postobject, router
 from crossbeat.s3.auth import Principal, authenticate
 from crossbeat.s3.errors import S3Error
 from crossbeat.s3.http import Receive, Request, Response, Scope, Send
@@ -227,8 +227,12 @@ class Gateway:
         req = Request.from_scope(scope, receive, self.settings.virtual_host_domains)
         head_only = req.method == "HEAD"
         try:
-            principal, ctx = self.authenticate(req)
-            response = await router.dispatch(self, req, principal, ctx)
+            if req.method == "POST" and not req.key and req.bucket and router.SUBRESOURCES.isdisjoint(req.query):
+                # POST Object (an HTML form upload) carries its credentials in the form
+                response = await postobject.post_object(self, req)
+            else:
+                principal, ctx = self.authenticate(req)
+                response = await router.dispatch(self, req, principal, ctx)
         except S3Error as err:
             response = self.error_response(err, req)
         except (CorruptData, NoSuchData) as exc:

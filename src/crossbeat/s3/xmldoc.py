@@ -498,6 +498,13 @@ def list_uploads_xml(
     return bytes(w)
 
 
+def post_response_xml(location: str, bucket: str, key: str, etag: str) -> bytes:
+    """POST Object's answer to `success_action_status=201` (no namespace, as S3 sends it)."""
+    w = XmlWriter("PostResponse", namespace=False)
+    w.leaf("Location", location).leaf("Bucket", bucket).leaf("Key", key)
+    return bytes(w.leaf("ETag", quote_etag(etag)))
+
+
 def copy_object_result_xml(
     etag: str, last_modified: str | dt.datetime | float, checksums: dict[str, str] | None = None
 ) -> bytes:
