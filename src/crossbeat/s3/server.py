@@ -19,6 +19,7 @@ import uvloop
 from crossbeat.s3.auth import Principal
 from crossbeat.s3.gateway import Gateway
 from crossbeat.s3.http_server import LeanServer
+from crossbeat.s3.lifecycle import LifecycleRunner
 from crossbeat.s3.settings import GatewaySettings, parse_listen
 
 log = logging.getLogger("crossbeat.gateway")
@@ -62,15 +63,21 @@ def serve(gw: Gateway, sock: socket.socket, on_ready: Callable[[str], None] | No
     gc.collect()
     gc.freeze()
     gc.set_threshold(10_000, 20, 20)
-    if settings.http_server == "lean":
+    # every serving process has a runner; they take turns (see LifecycleRunner)
+    lifecycle = LifecycleRunner(gw)
+    lifecycle.start()
+    try:
+        if settings.http_server == "lean":
+            if on_ready is not None:
+                on_ready(_url(sock, settings))
+            _serve_lean(gw, sock)
+            return
+        server = uvicorn.Server(config)
         if on_ready is not None:
             on_ready(_url(sock, settings))
-        _serve_lean(gw, sock)
-        return
-    server = uvicorn.Server(config)
-    if on_ready is not None:
-        on_ready(_url(sock, settings))
-    server.run(sockets=[sock])
+        server.run(sockets=[sock])
+    finally:
+        lifecycle.stop()
 
 
 def _serve_lean(gw: Gateway, sock: socket.socket) -> None:

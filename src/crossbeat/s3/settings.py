@@ -87,6 +87,12 @@ class GatewaySettings(BaseSettings):
     journal_retention_entries: int = 10_000_000
     journal_retention_seconds: float = 7 * 24 * 3600
     cleanup_on_start: bool = True
+    # How often the lifecycle pass (s3/lifecycle.py) applies the buckets' lifecycle rules; one
+    # gateway process at a time runs it. 0 disables it (configurations are still stored).
+    lifecycle_interval_seconds: float = Field(default=3600, ge=0, le=7 * 24 * 3600)
+    # The length of a lifecycle "day" (Expiration Days, NoncurrentDays, DaysAfterInitiation),
+    # as Ceph RGW's rgw_lc_debug_interval: shorter only to test rules or watch them act.
+    lifecycle_day_seconds: float = Field(default=86400, ge=1, le=86400)
 
     @field_validator("listen")
     @classmethod

@@ -72,3 +72,13 @@ def test_the_cli_reports_a_bad_listen_address_without_a_traceback(tmp_path: Path
     assert result.exit_code == 1
     assert "port from 0 to 65535" in result.output and "Traceback" not in result.output
     assert not list(tmp_path.iterdir())  # nothing was created
+
+
+def test_lifecycle_settings_have_bounds(tmp_path: Path) -> None:
+    settings = GatewaySettings(data_dir=tmp_path)
+    assert (settings.lifecycle_interval_seconds, settings.lifecycle_day_seconds) == (3600, 86400)
+    assert GatewaySettings(data_dir=tmp_path, lifecycle_interval_seconds=0).lifecycle_interval_seconds == 0
+    for bad in ({"lifecycle_interval_seconds": -1}, {"lifecycle_day_seconds": 0.5},
+                {"lifecycle_day_seconds": 86401}):
+        with pytest.raises(ValueError, match="lifecycle"):
+            GatewaySettings(data_dir=tmp_path, **bad)
