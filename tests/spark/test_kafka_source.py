@@ -270,7 +270,7 @@ def test_reader_data_loss_truncated_deleted_and_recreated_topics(retention_broke
         assert again == {topic: {"0": 3}}
         assert values(lenient, end, again) == [0, 1, 2]
         with pytest.raises(DataLossError, match=rf"{topic}\[0\]: offsets 3 to 14 no longer exist"):
-            list(read_range(broker.address, topic, 0, 0, 15))
+            list(read_range(broker.address, topic, 0, 0, 15, end_grace=0.5))
     finally:
         strict.stop()
         lenient.stop()

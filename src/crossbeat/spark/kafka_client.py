@@ -216,7 +216,7 @@ class PauseGate:
 def read_range(
     brokers: str, topic: str, partition: int, begin: int, until: int,
     *, fail_on_data_loss: bool = True, include_headers: bool = False,
-    batch_rows: int = 10_000, stall_timeout: float = 60.0,
+    batch_rows: int = 10_000, stall_timeout: float = 60.0, end_grace: float = 10.0,
 ) -> Iterator[pa.RecordBatch]:
     """Records [begin, until) of one partition as Arrow batches of ARROW_SCHEMA (with
     `include_headers`, ARROW_SCHEMA_WITH_HEADERS).
@@ -226,7 +226,9 @@ def read_range(
     `until`. Records of the range that no longer exist (removed by retention since the
     batch was planned, topic deleted or recreated) are data loss: DataLossError naming
     them, or with `fail_on_data_loss` false a warning and whatever of the range remains.
-    No progress for `stall_timeout` seconds is an error (Spark retries the task).
+    A partition ending before `until` counts as loss only once it has for `end_grace`
+    seconds (a new leader may briefly report a lower end). No progress for
+    `stall_timeout` seconds is an error (Spark retries the task).
     """
     schema = ARROW_SCHEMA_WITH_HEADERS if include_headers else ARROW_SCHEMA
     c = _reader(brokers)
@@ -257,7 +259,8 @@ def read_range(
                 if now - check_at > GAP_CHECK_S:
                     # librdkafka waits quietly on a deleted partition: ask the broker.
                     check_at = now
-                    lost, resume = _gap(c, topic, partition, nxt, until)
+                    lost, resume = _gap(c, topic, partition, nxt, until, now - last_progress,
+                                        end_grace)
                     if lost is not None:
                         skip(lost, resume)
                 continue
@@ -272,11 +275,13 @@ def read_range(
                         if nxt >= until:
                             break
                         # at the end before `until`: did the planned records vanish?
-                        lost, resume = _gap(c, topic, partition, nxt, until)
+                        lost, resume = _gap(c, topic, partition, nxt, until,
+                                            time.monotonic() - last_progress, end_grace)
                         if lost is None:
                             continue  # a stale end: the records are on their way
                     elif code == KafkaError._AUTO_OFFSET_RESET or code in _NO_SUCH_TOPIC:
-                        lost, resume = _gap(c, topic, partition, nxt, until)
+                        lost, resume = _gap(c, topic, partition, nxt, until,
+                                            time.monotonic() - last_progress, end_grace)
                     else:
                         raise SourceError(f"{topic}[{partition}]: {err}")
                     skip(lost, resume)
@@ -320,10 +325,11 @@ def read_range(
 
 
 def _gap(
-    c: Consumer, topic: str, partition: int, nxt: int, until: int
+    c: Consumer, topic: str, partition: int, nxt: int, until: int, stuck: float, grace: float
 ) -> tuple[str | None, int | None]:
-    """Reading [nxt, until) hit an offset out of range or the end of the partition: what
-    was lost (None: nothing, e.g. a stale end) and where to resume (None: nowhere)."""
+    """Reading [nxt, until) hit an offset out of range or the end of the partition, or has
+    been `stuck` that many seconds: what was lost (None: nothing, e.g. a stale end) and
+    where to resume (None: nowhere)."""
     try:
         lo, hi = c.get_watermark_offsets(
             TopicPartition(topic, partition), timeout=10.0, cached=False
@@ -337,7 +343,7 @@ def _gap(
         lost = (f"{topic}[{partition}]: offsets {nxt} to {min(lo, until) - 1} are no longer "
                 f"available (the earliest offset is now {lo})")
         return lost, (lo if lo < until else None)
-    if hi < until and nxt >= hi:
+    if hi < until and nxt >= hi and stuck >= grace:
         return (f"{topic}[{partition}]: offsets {nxt} to {until - 1} no longer exist (the "
                 f"partition now ends at {hi}: the topic was deleted and recreated, or the "
                 "broker lost records)"), None
