@@ -16,6 +16,7 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 LISTEN_RE = re.compile(r"crossbeat (\S+) listening on (\S+)://([^\s:]+):(\d+)")
@@ -115,3 +116,28 @@ def wait_until(predicate: Any, timeout: float = 30, interval: float = 0.05, what
             last_exc = exc
         time.sleep(interval)
     raise TimeoutError(f"timed out waiting for {what}" + (f": {last_exc!r}" if last_exc else ""))
+
+
+def peak_rss_mib(svc: Service) -> dict[int, float]:
+    """The peak resident memory (VmHWM, MiB) of the service's process and of each of its
+    descendants (a gateway's worker processes), by pid. Compare two readings process by
+    process: the parent alone says nothing of what its workers hold."""
+    pids, out = [svc.proc.pid], {}
+    while pids:
+        pid = pids.pop()
+        try:
+            status = Path(f"/proc/{pid}/status").read_text()
+            for task in Path(f"/proc/{pid}/task").iterdir():
+                pids.extend(int(c) for c in (task / "children").read_text().split())
+        except (FileNotFoundError, ProcessLookupError):
+            continue  # gone meanwhile
+        for line in status.splitlines():
+            if line.startswith("VmHWM:"):
+                out[pid] = int(line.split()[1]) / 1024
+    return out
+
+
+def rss_growth_mib(before: dict[int, float], after: dict[int, float]) -> float:
+    """The largest growth of one process's peak memory between two `peak_rss_mib` readings
+    (a process that appeared in between counts from zero)."""
+    return max((peak - before.get(pid, 0.0) for pid, peak in after.items()), default=0.0)
