@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
@@ -26,6 +27,8 @@ from crossbeat.s3.settings import GatewaySettings
 from crossbeat.s3.xmldoc import error_xml
 
 log = logging.getLogger("crossbeat.gateway")
+# how stale the lifecycle configuration behind x-amz-expiration may be (see lifecycle_of)
+LIFECYCLE_TTL_S = 1.0
 T = TypeVar("T")
 
 
@@ -57,6 +60,9 @@ class Gateway:
         # Other gateway processes may change versioning or configurations at any time, so
         # handlers that depend on those ask for `fresh=True` or re-read inside the commit.
         self._buckets: dict[str, Bucket] = {}
+        # Lifecycle configurations by bucket, for the x-amz-expiration header: (when read,
+        # configuration), see `lifecycle_of`.
+        self._lifecycles: dict[str, tuple[float, dict[str, Any] | None]] = {}
 
     # -- construction -------------------------------------------------------------------
     @classmethod
@@ -126,6 +132,21 @@ class Gateway:
     def forget_bucket(self, name: str) -> None:
         """Drop a bucket from the cache after it changed."""
         self._buckets.pop(name, None)
+        self._lifecycles.pop(name, None)
+
+    def lifecycle_of(self, name: str) -> dict[str, Any] | None:
+        """The bucket's lifecycle configuration as of at most LIFECYCLE_TTL_S ago (None if it
+        has none), for the x-amz-expiration header of object requests: another gateway
+        process may change it, and reading the bucket on every GET and PUT would cost them a
+        query, so the header may lag such a change by that long. Reads on the calling
+        thread (the event loop: one small query per bucket and process per interval)."""
+        now = time.monotonic()
+        entry = self._lifecycles.get(name)
+        if entry is None or now - entry[0] > LIFECYCLE_TTL_S:
+            bucket = self.store.get_bucket(name)
+            entry = (now, bucket.lifecycle if bucket is not None else None)
+            self._lifecycles[name] = entry
+        return entry[1]
 
     async def bucket(self, name: str, principal: Principal, fresh: bool = False) -> Bucket:
         """The bucket if it exists and `principal` owns it; S3 errors otherwise.

@@ -32,7 +32,9 @@ from __future__ import annotations
 import math
 import uuid
 from datetime import UTC, datetime
+from email.utils import formatdate
 from typing import Any
+from urllib.parse import quote
 from xml.etree import ElementTree as ET
 
 from crossbeat.s3.errors import S3Error
@@ -421,3 +423,19 @@ def current_expiry(
         if best is None or when < best[0]:
             best = (when, rule["id"])
     return best
+
+
+def expiration_header(config: Config | None, meta: dict[str, Any], day_seconds: float) -> str | None:
+    """The x-amz-expiration value for object version `meta` (GET, HEAD, PUT answers):
+    `expiry-date="<HTTP date>", rule-id="<URL-encoded rule id>"` of the earliest Expiration
+    that applies to it, as AWS sends; None when none does, when `meta` is not the current
+    version (Expiration acts on current versions) or is a delete marker."""
+    if not config or meta.get("isDeleteMarker") or meta.get("isLatest") is False:
+        return None
+    found = current_expiry(
+        config, meta["key"], meta.get("tags"), int(meta.get("size") or 0), meta["lastModified"], day_seconds
+    )
+    if found is None:
+        return None
+    when, rule_id = found
+    return f'expiry-date="{formatdate(when, usegmt=True)}", rule-id="{quote(rule_id, safe="")}"'

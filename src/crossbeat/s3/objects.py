@@ -26,6 +26,7 @@ from crossbeat.s3.datapath import (
 )
 from crossbeat.s3.errors import S3Error
 from crossbeat.s3.http import Request, Response, xml_response
+from crossbeat.s3.lifecycle_config import expiration_header
 from crossbeat.s3.objectmeta import (
     OBJECT_LOCK_HEADERS,
     SSE_HEADERS,
@@ -281,7 +282,20 @@ async def put_object(gw: Gateway, req: Request, p: Principal, ctx: Any) -> Respo
     group = GroupCommit(bucket.name, build) if precondition is None else None
     written, meta = await write_body(gw, req, ctx, gw.location_for(bucket), then=commit, group=group)
     assert meta is not None
-    return Response(headers=write_headers(bucket, meta, written))
+    headers = write_headers(bucket, meta, written)
+    add_expiration(gw, bucket.name, meta, headers)
+    return Response(headers=headers)
+
+
+def add_expiration(gw: Gateway, bucket: str, meta: dict[str, Any], headers: dict[str, str]) -> None:
+    """Add x-amz-expiration when a lifecycle rule will expire `meta` (see
+    lifecycle_config.expiration_header); for a bucket without lifecycle rules, the usual
+    case, this is a dictionary lookup."""
+    config = gw.lifecycle_of(bucket)
+    if config:
+        value = expiration_header(config, meta, gw.settings.lifecycle_day_seconds)
+        if value is not None:
+            headers["x-amz-expiration"] = value
 
 
 def lookup_sync(gw: Gateway, bucket: str, key: str, version_id: str | None) -> dict[str, Any]:
@@ -354,6 +368,7 @@ async def get_object(gw: Gateway, req: Request, p: Principal, head: bool) -> Res
     status, headers, meta, start, end, data = _prepare_get(
         gw, req, head, gw.settings.inline_object_bytes
     )
+    add_expiration(gw, req.bucket, meta, headers)
     if head:
         return Response(status=status, headers=headers)
     if data is None and end - start <= gw.settings.small_object_bytes:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import time
 from datetime import UTC, datetime
 from typing import Any
 
@@ -131,3 +132,44 @@ def test_another_users_bucket_is_access_denied(alice: Any, s3: Any, bucket: str)
             call()
         assert _error(exc) == (403, "AccessDenied")
     assert s3.get_bucket_lifecycle_configuration(Bucket=bucket)["Rules"] == RULES[:1]
+
+
+def _midnight_after(moment: datetime, days: int) -> datetime:
+    end = moment.timestamp() + days * 86400
+    return datetime.fromtimestamp(-(-end // 86400) * 86400, UTC)
+
+
+def test_x_amz_expiration_names_the_expiry_and_the_rule(s3: Any, vbucket: str) -> None:
+    from email.utils import format_datetime
+
+    s3.put_bucket_lifecycle_configuration(Bucket=vbucket, LifecycleConfiguration={"Rules": [
+        {"ID": "thirty days", "Status": "Enabled", "Filter": {"Prefix": "exp/"}, "Expiration": {"Days": 30}},
+        {"ID": "old", "Status": "Enabled", "Filter": {"Prefix": "exp/"},
+         "NoncurrentVersionExpiration": {"NoncurrentDays": 1}},
+    ]})
+    put = s3.put_object(Bucket=vbucket, Key="exp/a", Body=b"x")
+    head = s3.head_object(Bucket=vbucket, Key="exp/a")
+    expected = (f'expiry-date="{format_datetime(_midnight_after(head["LastModified"], 30), usegmt=True)}",'
+                ' rule-id="thirty%20days"')
+    assert put["Expiration"] == expected
+    assert head["Expiration"] == expected
+    assert s3.get_object(Bucket=vbucket, Key="exp/a")["Expiration"] == expected
+    # no rule expires these: another prefix, a noncurrent version (NoncurrentDays is not reported)
+    assert "Expiration" not in s3.put_object(Bucket=vbucket, Key="keep/a", Body=b"x")
+    assert "Expiration" not in s3.head_object(Bucket=vbucket, Key="keep/a")
+    s3.put_object(Bucket=vbucket, Key="exp/a", Body=b"y")
+    assert "Expiration" not in s3.head_object(Bucket=vbucket, Key="exp/a", VersionId=put["VersionId"])
+
+
+def test_x_amz_expiration_follows_a_configuration_change_in_every_worker(s3: Any, bucket: str) -> None:
+    """Each gateway process re-reads the configuration behind the header within a second;
+    polled (the default gateway has several workers, each with its own cache)."""
+    s3.put_bucket_lifecycle_configuration(Bucket=bucket, LifecycleConfiguration={"Rules": RULES[:1]})
+    s3.put_object(Bucket=bucket, Key="logs/a", Body=b"x")
+    for _ in range(8):  # whichever workers answer, all have read it by now
+        assert "rule-id=\"expire-logs\"" in s3.head_object(Bucket=bucket, Key="logs/a")["Expiration"]
+    s3.delete_bucket_lifecycle(Bucket=bucket)
+    deadline = time.monotonic() + 10
+    while any("Expiration" in s3.head_object(Bucket=bucket, Key="logs/a") for _ in range(8)):
+        assert time.monotonic() < deadline, "x-amz-expiration still sent 10 s after the rules went"
+        time.sleep(0.1)

@@ -12,6 +12,7 @@ from crossbeat.s3.lifecycle_config import (
     current_expiry,
     days_after,
     epoch,
+    expiration_header,
     lifecycle_xml,
     parse_lifecycle,
     require_checksum,
@@ -254,3 +255,18 @@ def test_current_expiry_takes_the_earliest_matching_rule() -> None:
     assert current_expiry(dated, "k", {}, 1, created, DAY) == (_ts("2030-01-01T00:00:00"), "r")
     assert current_expiry(None, "k", {}, 1, created, DAY) is None
     assert epoch(created) == _ts("2014-01-15T10:30:00")
+
+
+def test_the_expiration_header_names_the_earliest_rule_for_current_versions_only() -> None:
+    config = parse_lifecycle(doc(
+        rule("<Expiration><Days>3</Days></Expiration>", rule_id="a b/c"),
+        rule("<Expiration><Date>2014-01-17T00:00:00Z</Date></Expiration>", rule_id="dated",
+             flt="<Filter><Prefix>d</Prefix></Filter>"),
+    ))
+    meta = {"key": "k", "size": 1, "tags": {}, "lastModified": "2014-01-15T10:30:00.000Z", "isLatest": True}
+    assert expiration_header(config, meta, DAY) == 'expiry-date="Sun, 19 Jan 2014 00:00:00 GMT", rule-id="a%20b%2Fc"'
+    assert expiration_header(config, {**meta, "key": "dk"}, DAY) == (
+        'expiry-date="Fri, 17 Jan 2014 00:00:00 GMT", rule-id="dated"')
+    assert expiration_header(config, {**meta, "isLatest": False}, DAY) is None
+    assert expiration_header(config, {**meta, "isDeleteMarker": True}, DAY) is None
+    assert expiration_header(None, meta, DAY) is None
