@@ -225,7 +225,8 @@ def test_reader_data_loss_truncated_deleted_and_recreated_topics(retention_broke
     broker = retention_broker
     topic = truncated_topic(broker)
     base = {"kafka.bootstrap.servers": broker.address, "subscribe": topic,
-            "startingOffsets": orjson.dumps({topic: {"0": 0}}).decode()}
+            "startingOffsets": orjson.dumps({topic: {"0": 0}}).decode(),
+            "kafka.client.id": "crossbeat-test"}  # handed to every consumer the source makes
     strict = KafkaStreamReader(base)
     lenient = KafkaStreamReader({**base, "failOnDataLoss": "false"})
 

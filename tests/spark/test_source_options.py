@@ -32,7 +32,13 @@ BASE = {"kafka.bootstrap.servers": "localhost:9092"}
         ({"assign": '{"a":[1]}', "startingOffsets": '{"a":{"0":1}}'}, None, "names a[0]"),
         ({"subscribe": "a", "startingOffsetsByTimestamp": "{}"}, None,
          "does not support option(s) startingoffsetsbytimestamp"),
-        ({"subscribe": "a", "kafka.security.protocol": "SSL"}, None, "kafka.security.protocol"),
+        ({"subscribe": "a", "kafka.auto.offset.reset": "earliest"}, None,
+         "Kafka option 'kafka.auto.offset.reset' is not supported: set the source option "
+         "startingOffsets"),
+        ({"subscribe": "a", "kafka.security.protocol": "bogus"}, None,
+         'Invalid value "bogus" for configuration property "security.protocol"'),
+        ({"subscribe": "a", "kafka.sasl.jaas.config": "x"}, None,
+         "Java JAAS configuration is not supported"),
         ({"subscribe": "a", "endingOffsets": "latest"}, True, "endingOffsets is for batch"),
         ({"subscribe": "a", "startingOffsets": "latest"}, False, "can't be latest"),
         ({"subscribe": "a", "endingOffsets": '{"a":{"0":-2}}'}, False, "can't be earliest"),
@@ -56,4 +62,7 @@ def test_good_options_parse_as_spark_spells_them() -> None:
     assert opts.starting == {"ev-1": {"0": -2}} and opts.ending == "latest"
     assigned = parse_options({**BASE, "assign": '{"a":[2,0],"b":[1]}'}).subscription
     assert assigned.covers("a", 0) and not assigned.covers("a", 1) and assigned.covers("b", 1)
-    assert parse_options({**BASE, "subscribe": "a, b,"}).subscription.topics == ("a", "b")
+    plain = parse_options({**BASE, "subscribe": "a, b,", "kafka.client.id": "me",
+                           "kafka.group.id": "g"})
+    assert plain.subscription.topics == ("a", "b")
+    assert (plain.settings, plain.group) == ({"client.id": "me"}, "g")

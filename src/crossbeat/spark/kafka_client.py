@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import orjson
@@ -74,7 +74,20 @@ def report_loss(lost: list[str], fail: bool) -> None:
         log.warning("%s. %s", message, WARN_HINT)
 
 
-def consumer(brokers: str, group: str | None = None, **extra: Any) -> Consumer:
+def check_settings(settings: Mapping[str, str]) -> None:
+    """KafkaException with librdkafka's message if it refuses a setting (an unknown name,
+    a bad value, a Java-only setting such as sasl.jaas.config). Connects to nothing."""
+    if settings:
+        Consumer({"group.id": "crossbeat-check", "log_level": 0, **settings}).close()
+
+
+def consumer(
+    brokers: str, group: str | None = None, settings: Mapping[str, str] | None = None,
+    **extra: Any,
+) -> Consumer:
+    """A consumer with the source's fixed settings, then `extra`, then the user's
+    `settings` (the `kafka.*` options, e.g. security ones; see source.REFUSED_KAFKA for
+    those that may not override ours)."""
     conf: dict[str, Any] = {
         "bootstrap.servers": brokers,
         # assign() never joins a group, but librdkafka wants an id for the consumer object.
@@ -85,14 +98,18 @@ def consumer(brokers: str, group: str | None = None, **extra: Any) -> Consumer:
         "auto.offset.reset": "earliest",
     }
     conf.update(extra)
+    conf.update(settings or {})
     return Consumer(conf)
 
 
 class Watermarks:
     """Driver-side: partitions, low/high watermarks, and consumer-group commits."""
 
-    def __init__(self, brokers: str, group: str | None, timeout: float = 10.0) -> None:
-        self._consumer = consumer(brokers, group)
+    def __init__(
+        self, brokers: str, group: str | None, settings: Mapping[str, str] | None = None,
+        timeout: float = 10.0,
+    ) -> None:
+        self._consumer = consumer(brokers, group, settings)
         self._timeout = timeout
 
     def partitions(self, topic: str) -> list[int]:
@@ -163,11 +180,13 @@ class PauseGate:
 
     SYNC_TIMEOUT_S = 10.0
 
-    def __init__(self, brokers: str, topic: str, key: str) -> None:
+    def __init__(
+        self, brokers: str, topic: str, key: str, settings: Mapping[str, str] | None = None
+    ) -> None:
         self.topic = topic
         self.key = key.encode()
         self.paused = False
-        self._consumer = consumer(brokers)
+        self._consumer = consumer(brokers, None, settings)
         self._partitions: list[int] | None = None
         self._synced = False
 
@@ -216,7 +235,8 @@ class PauseGate:
 def read_range(
     brokers: str, topic: str, partition: int, begin: int, until: int,
     *, fail_on_data_loss: bool = True, include_headers: bool = False,
-    batch_rows: int = 10_000, stall_timeout: float = 60.0, end_grace: float = 10.0,
+    settings: Mapping[str, str] | None = None, batch_rows: int = 10_000,
+    stall_timeout: float = 60.0, end_grace: float = 10.0,
 ) -> Iterator[pa.RecordBatch]:
     """Records [begin, until) of one partition as Arrow batches of ARROW_SCHEMA (with
     `include_headers`, ARROW_SCHEMA_WITH_HEADERS).
@@ -228,10 +248,12 @@ def read_range(
     them, or with `fail_on_data_loss` false a warning and whatever of the range remains.
     A partition ending before `until` counts as loss only once it has for `end_grace`
     seconds (a new leader may briefly report a lower end). No progress for
-    `stall_timeout` seconds is an error (Spark retries the task).
+    `stall_timeout` seconds is an error (Spark retries the task). `settings`: more
+    librdkafka settings for the reading consumer.
     """
     schema = ARROW_SCHEMA_WITH_HEADERS if include_headers else ARROW_SCHEMA
-    c = _reader(brokers)
+    reader_key = (brokers, tuple(sorted((settings or {}).items())))
+    c = _reader(reader_key)
     try:
         c.assign([TopicPartition(topic, partition, begin)])
         cols: dict[str, list[Any]] = {name: [] for name in schema.names}
@@ -317,10 +339,10 @@ def read_range(
         if cols["offset"]:
             yield pa.RecordBatch.from_pydict(cols, schema=schema)
     except KafkaException as exc:
-        _drop_reader(brokers)
+        _drop_reader(reader_key)
         raise SourceError(f"{topic}[{partition}]: {exc}") from exc
     except BaseException:
-        _drop_reader(brokers)
+        _drop_reader(reader_key)
         raise
 
 
@@ -350,14 +372,15 @@ def _gap(
     return None, nxt
 
 
-# One reading consumer per Python worker and broker list, reused across tasks: creating
-# one (connections, metadata) costs far more than reading a small batch. Workers run one
-# task at a time, so no locking is needed.
-_READERS: dict[str, Consumer] = {}
+# One reading consumer per Python worker, broker list and settings, reused across tasks:
+# creating one (connections, metadata) costs far more than reading a small batch. Workers
+# run one task at a time, so no locking is needed.
+_ReaderKey = tuple[str, tuple[tuple[str, str], ...]]
+_READERS: dict[_ReaderKey, Consumer] = {}
 
 
-def _reader(brokers: str) -> Consumer:
-    if brokers not in _READERS:
+def _reader(key: _ReaderKey) -> Consumer:
+    if key not in _READERS:
         # Ranges are read only up to offsets known to exist, so the broker never needs to
         # hold a fetch open; and librdkafka keeps one fetch in flight per broker, so a
         # fetch long-polling past the end of the previous range (500 ms by default) would
@@ -365,13 +388,14 @@ def _reader(brokers: str) -> Consumer:
         # A range start no longer on the broker must be seen, not silently reset (to
         # earliest: records skipped; to latest: the read stalls), hence "error".
         extra: dict[str, Any] = {"fetch.wait.max.ms": 10, "auto.offset.reset": "error"}
-        _READERS[brokers] = consumer(brokers, None, **extra)
+        brokers, settings = key
+        _READERS[key] = consumer(brokers, None, dict(settings), **extra)
         freeze_heap()  # the worker's modules and this reader live as long as the worker
-    return _READERS[brokers]
+    return _READERS[key]
 
 
-def _drop_reader(brokers: str) -> None:
-    c = _READERS.pop(brokers, None)
+def _drop_reader(key: _ReaderKey) -> None:
+    c = _READERS.pop(key, None)
     if c is not None:
         c.close()
 
@@ -379,5 +403,5 @@ def _drop_reader(brokers: str) -> None:
 def close_readers() -> None:
     """Close this process's cached range readers (in a Spark worker they live as long as
     the worker; a driver or test that read ranges itself closes them when done)."""
-    for brokers in list(_READERS):
-        _drop_reader(brokers)
+    for key in list(_READERS):
+        _drop_reader(key)

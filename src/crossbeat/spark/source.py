@@ -34,8 +34,13 @@ invalid value fails `load()` with a message naming it):
   checkpoint stays the source of truth, so the group trails by up to one batch;
 - `pauseTopic` + `pauseKey` (streaming): while the last record for `pauseKey` in that
   topic says `{"paused": true}`, the stream makes no progress (nothing is skipped).
-Spark's other Kafka options (other `kafka.*` consumer settings, timestamp offsets,
-`minPartitions`, …) are not supported and rejected.
+- other `kafka.*` options are passed to librdkafka (e.g. `kafka.security.protocol`,
+  `kafka.sasl.mechanism`, `kafka.ssl.ca.location`, `kafka.client.id`), which refuses at
+  `load()` what it does not know, including Java-only settings (`sasl.jaas.config`,
+  trust stores); those the source sets itself (`auto.offset.reset`,
+  `enable.auto.commit`, the deserializers, …) are refused as Spark refuses them.
+Spark's other Kafka options (timestamp offsets, `minPartitions`, `minOffsetsPerTrigger`,
+…) are not supported and refused.
 
 Rows, as Spark's Kafka source: key binary, value binary, topic string, partition int,
 offset long, timestamp timestamp, timestampType int (0 CreateTime, 1 LogAppendTime, -1
@@ -93,6 +98,17 @@ KNOWN_OPTIONS = frozenset(
         "maxoffsetspertrigger", "rowspertask", "kafka.group.id", "pausetopic", "pausekey",
     }
 )
+# Consumer settings the source decides itself; a `kafka.` option naming one is refused.
+REFUSED_KAFKA = {
+    "auto.offset.reset": "set the source option startingOffsets to specify where to start",
+    "enable.auto.commit": "offsets are tracked in the Spark checkpoint (kafka.group.id has "
+    "them committed to a group for lag tools)",
+    "enable.auto.offset.store": "offsets are tracked in the Spark checkpoint",
+    "enable.partition.eof": "the source reads ranges up to offsets known to exist",
+    "key.deserializer": "keys are always read as bytes; decode or cast the key column",
+    "value.deserializer": "values are always read as bytes; decode or cast the value column",
+    "interceptor.classes": "the source's consumers are librdkafka ones",
+}
 OFFSETS_EXAMPLE = '{"topicA":{"0":23,"1":-1},"topicB":{"0":-2}}'
 ASSIGN_EXAMPLE = '{"topicA":[0,1],"topicB":[0,1]}'
 
@@ -149,6 +165,7 @@ class SourceOptions:
     group: str | None
     pause_topic: str | None
     pause_key: str
+    settings: dict[str, str]  # the other kafka.* options, for every consumer
 
 
 def _bool(opts: dict[str, str], key: str, name: str, default: bool) -> bool:
@@ -250,13 +267,24 @@ def parse_options(options: Mapping[str, str], *, streaming: bool | None = None) 
     """Validate the options of `format("crossbeat-kafka")` (see the module docstring);
     ValueError naming the first bad one. `streaming` None: valid for either kind of query."""
     opts = {k.lower(): str(v) for k, v in options.items()}
-    unknown = sorted(k for k in opts if k not in KNOWN_OPTIONS)
+    unknown = sorted(k for k in opts if k not in KNOWN_OPTIONS and not k.startswith("kafka."))
     if unknown:
         raise ValueError(f"crossbeat-kafka does not support option(s) {', '.join(unknown)} "
                          "(supported: kafka.bootstrap.servers, subscribe, subscribePattern, "
                          "assign, startingOffsets, endingOffsets, failOnDataLoss, "
                          "includeHeaders, maxOffsetsPerTrigger, rowsPerTask, kafka.group.id, "
-                         "pauseTopic, pauseKey)")
+                         "pauseTopic, pauseKey, and other kafka.* consumer settings)")
+    settings = {k.removeprefix("kafka."): v for k, v in opts.items()
+                if k.startswith("kafka.") and k not in KNOWN_OPTIONS}
+    for name, why in REFUSED_KAFKA.items():
+        if name in settings:
+            raise ValueError(f"Kafka option 'kafka.{name}' is not supported: {why}")
+    try:
+        kafka_client.check_settings(settings)
+    except KafkaException as exc:
+        raise ValueError(f"kafka.* options: librdkafka refuses them: {exc.args[0].str()} "
+                         "(crossbeat-kafka passes kafka.* options to librdkafka, whose "
+                         "settings are mostly, not all, those of the Java consumer)") from None
     brokers = (opts.get("kafka.bootstrap.servers") or opts.get("bootstrap") or "").strip()
     if not brokers:
         raise ValueError("crossbeat-kafka needs option kafka.bootstrap.servers")
@@ -291,6 +319,7 @@ def parse_options(options: Mapping[str, str], *, streaming: bool | None = None) 
         group=opts.get("kafka.group.id") or None,
         pause_topic=opts.get("pausetopic") or None,
         pause_key=opts.get("pausekey") or "",
+        settings=settings,
     )
 
 
@@ -333,6 +362,7 @@ def read_ranges(opts: SourceOptions, partition: InputPartition) -> Iterator[Any]
         yield from kafka_client.read_range(
             opts.brokers, topic, part, begin, until,
             fail_on_data_loss=opts.fail_on_data_loss, include_headers=opts.include_headers,
+            settings=opts.settings,
         )
 
 
@@ -375,7 +405,9 @@ class KafkaStreamReader(DataSourceStreamReader):
 
     def _wm(self) -> kafka_client.Watermarks:
         if self._watermarks is None:
-            self._watermarks = kafka_client.Watermarks(self.opts.brokers, self.opts.group)
+            self._watermarks = kafka_client.Watermarks(
+                self.opts.brokers, self.opts.group, self.opts.settings
+            )
         return self._watermarks
 
     def _offsets(self) -> tuple[Offsets, Offsets]:
@@ -387,7 +419,7 @@ class KafkaStreamReader(DataSourceStreamReader):
             return False
         if self._gate is None:
             self._gate = kafka_client.PauseGate(
-                self.opts.brokers, self.opts.pause_topic, self.opts.pause_key
+                self.opts.brokers, self.opts.pause_topic, self.opts.pause_key, self.opts.settings
             )
         now = time.monotonic()
         if now - self._gate_checked >= PAUSE_REFRESH_S:
@@ -465,7 +497,7 @@ class KafkaBatchReader(DataSourceReader):
         self.opts = parse_options(options, streaming=False)
 
     def partitions(self) -> Sequence[InputPartition]:
-        wm = kafka_client.Watermarks(self.opts.brokers, None)
+        wm = kafka_client.Watermarks(self.opts.brokers, None, self.opts.settings)
         try:
             low, high = wm.offsets(self.opts.subscription.partitions(wm))
         finally:
