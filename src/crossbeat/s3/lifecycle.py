@@ -115,15 +115,16 @@ class LifecyclePass:
 
     def run(self, start_bucket: str = "", on_bucket: Callable[[str], None] | None = None) -> bool:
         """Apply the rules to every bucket whose name is >= `start_bucket`, in name order;
-        `on_bucket(name)` is called as each bucket begins. False if stopped early."""
+        `on_bucket(name)` is called as each bucket with an enabled rule begins. False if
+        stopped early."""
         for name in [b.name for b in self.store.list_buckets() if b.name >= start_bucket]:
             if self.stopping():
                 return False
-            if on_bucket is not None:
-                on_bucket(name)
             bucket = self.store.get_bucket(name)
             if bucket is None or not has_enabled_rule(bucket.lifecycle):
                 continue
+            if on_bucket is not None:
+                on_bucket(name)
             if not self._versions(bucket) or not self._uploads(name):
                 return False
         return True
@@ -390,6 +391,8 @@ class LifecycleRunner:
         )
         try:
             finished = lifecycle.run(str(state.get("bucket", "")), on_bucket)
+        except StoreClosed:
+            raise  # the gateway is stopping: the next start resumes this pass
         except Exception:
             # retried at the next interval, not at once: an error that repeats would
             # otherwise spin

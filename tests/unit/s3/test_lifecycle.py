@@ -269,3 +269,20 @@ def test_an_unfinished_pass_resumes_at_its_bucket(store: SqliteMetadataStore, tm
     assert stats is not None and stats.expired == 1
     assert versions(store, "a-bucket") and not versions(store, "b-bucket")
     assert runner._read_state()["finished"] is True
+
+
+def test_a_stopped_pass_says_so_and_the_next_one_finishes_the_work(store: SqliteMetadataStore) -> None:
+    b = make_bucket(store, rule("<Expiration><Days>1</Days></Expiration>"))
+    for key in ("a", "b", "c"):
+        put(store, b, key, T0 + 1, versioned=False)
+    calls: list[int] = []
+
+    def stopping() -> bool:  # stop once the walk has reached its second version
+        calls.append(1)
+        return len(calls) > 2
+
+    first = LifecyclePass(store, lambda metas: None, day_seconds=DAY, now=lambda: T0 + 100, stopping=stopping)
+    assert first.run() is False
+    assert 0 < first.stats.expired < 3
+    assert Pass(store).run(T0 + 100).stats.expired == 3 - first.stats.expired
+    assert versions(store, b) == []
