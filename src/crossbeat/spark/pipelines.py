@@ -124,6 +124,7 @@ def _stream(spark: Any, ps: PipelineSettings, topic: str, group: str, **extra: s
         .option("kafka.bootstrap.servers", ps.brokers)
         .option("subscribe", topic)
         .option("startingOffsets", ps.starting_offsets)
+        .option("failOnDataLoss", str(ps.fail_on_data_loss).lower())
         .option("maxOffsetsPerTrigger", str(ps.max_offsets_per_trigger))
         .option("rowsPerTask", str(ps.rows_per_task))
         .option("kafka.group.id", group)

@@ -33,6 +33,11 @@ class PipelineSettings(BaseSettings):
     # lower it on a cluster to spread a large backlog over more executors.
     rows_per_task: int = Field(default=20_000, ge=1)
     starting_offsets: str = "earliest"
+    # The source's failOnDataLoss: replication entries removed by retention (or a
+    # recreated topic) before the pipeline read them stop its query with an error naming
+    # them (restarted, it stops again until this is set false, which skips them with a
+    # warning): an unreplicated object must not go unnoticed.
+    fail_on_data_loss: bool = True
 
     def checkpoint_dir(self, query: str) -> Path:
         return self.data_dir / "spark" / "checkpoints" / query
