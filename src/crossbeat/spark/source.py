@@ -4,7 +4,8 @@
 
 Works the same against the embedded broker and any Apache Kafka cluster: it only uses
 librdkafka (confluent-kafka). Options (names case-insensitive; an unknown option or an
-invalid value fails `load()` with a message naming it):
+invalid value fails `load()` with a message naming it, an option the kind of query does
+not take fails its start):
 - `kafka.bootstrap.servers` (required);
 - exactly one of `subscribe` (comma-separated topics), `subscribePattern` (a regular
   expression the whole topic name must match, as Java's; topics created later that match
@@ -33,7 +34,7 @@ invalid value fails `load()` with a message naming it):
   after each batch (lag visible with kafka-consumer-groups, kcat, …); the Spark
   checkpoint stays the source of truth, so the group trails by up to one batch;
 - `pauseTopic` + `pauseKey` (streaming): while the last record for `pauseKey` in that
-  topic says `{"paused": true}`, the stream makes no progress (nothing is skipped).
+  topic says `{"paused": true}`, the stream makes no progress (nothing is skipped);
 - other `kafka.*` options are passed to librdkafka (e.g. `kafka.security.protocol`,
   `kafka.sasl.mechanism`, `kafka.ssl.ca.location`, `kafka.client.id`), which refuses at
   `load()` what it does not know, including Java-only settings (`sasl.jaas.config`,
@@ -51,7 +52,8 @@ Per the PySpark model, `initialOffset`/`latestOffset`/`partitions`/`commit` run 
 long-lived driver object (holding the clients below), while each `read()` runs on an
 executor from a pickled copy and opens its own consumer. Data loss is checked both when
 a micro-batch is planned and when its records are read (retention may remove them in
-between).
+between; a partition found ending before a planned range counts as loss at read time
+only after 10 s, as a new leader may briefly report a lower end).
 """
 
 from __future__ import annotations
