@@ -42,7 +42,6 @@ from typing import TYPE_CHECKING, Any
 
 from crossbeat.metadata import Bucket, MetadataStore
 from crossbeat.metadata.errors import NoSuchUpload, StoreClosed
-from crossbeat.metadata.ids import new_version_id
 from crossbeat.s3.lifecycle_config import (
     Config,
     current_expiry,
@@ -51,7 +50,7 @@ from crossbeat.s3.lifecycle_config import (
     has_enabled_rule,
     rule_matches,
 )
-from crossbeat.s3.objectmeta import iso_now
+from crossbeat.s3.objectmeta import delete_marker
 
 if TYPE_CHECKING:
     from crossbeat.s3.gateway import Gateway
@@ -222,24 +221,7 @@ class LifecyclePass:
                 self.stats.expired += 1
                 self.free([removed])
             return
-        sort_key = new_version_id()
-        marker = {
-            "bucket": bucket.name,
-            "key": key,
-            "versionId": sort_key if bucket.versioning == "Enabled" else "null",
-            "sortKey": sort_key,
-            "isLatest": True,
-            "isDeleteMarker": True,
-            "size": 0,
-            "etag": "",
-            "contentType": "",
-            "lastModified": iso_now(),
-            "userMetadata": {},
-            "tags": {},
-            "location": [],
-            "owner": bucket.owner,
-            "replicationInfo": None,
-        }
+        marker = delete_marker(bucket, key)  # no replication info: AWS does not replicate lifecycle actions
         displaced = self.store.put_version(marker, precondition=_unchanged(item))
         self.stats.expired += 1
         self.free(displaced)

@@ -6,6 +6,8 @@ from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Any
 
+from crossbeat.metadata import Bucket
+from crossbeat.metadata.ids import new_version_id
 from crossbeat.s3.errors import S3Error
 
 # headers stored verbatim with the object and returned on GET/HEAD
@@ -274,3 +276,32 @@ def _etag_matches(header: str, etag: str) -> bool:
         if c == "*" or c.strip('"') == etag:
             return True
     return False
+
+
+def versioning_ids(bucket: Bucket) -> tuple[str, str]:
+    """(versionId, sortKey) for a new version: a fresh id when Enabled, else "null"."""
+    sort_key = new_version_id()
+    return (sort_key if bucket.versioning == "Enabled" else "null"), sort_key
+
+
+def delete_marker(bucket: Bucket, key: str, replication_info: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The metadata of a new delete marker for `key`, what DELETE without a versionId writes
+    in a versioned or suspended bucket (a "null" marker when suspended)."""
+    version_id, sort_key = versioning_ids(bucket)
+    return {
+        "bucket": bucket.name,
+        "key": key,
+        "versionId": version_id,
+        "sortKey": sort_key,
+        "isLatest": True,
+        "isDeleteMarker": True,
+        "size": 0,
+        "etag": "",
+        "contentType": "",
+        "lastModified": iso_now(),
+        "userMetadata": {},
+        "tags": {},
+        "location": [],
+        "owner": bucket.owner,
+        "replicationInfo": replication_info,
+    }

@@ -11,7 +11,6 @@ from urllib.parse import unquote
 
 from crossbeat.metadata import Bucket
 from crossbeat.metadata.errors import RevisionMismatch
-from crossbeat.metadata.ids import new_version_id
 from crossbeat.repositories import Location, Repository
 from crossbeat.s3 import acl, xmldoc
 from crossbeat.s3.auth import Principal
@@ -33,6 +32,7 @@ from crossbeat.s3.objectmeta import (
     STORAGE_CLASS_HEADER,
     check_conditionals,
     checksum_headers,
+    delete_marker,
     iso_now,
     object_headers,
     parse_http_date,
@@ -46,6 +46,7 @@ from crossbeat.s3.objectmeta import (
     storage_class_header,
     system_headers,
     user_metadata,
+    versioning_ids,
 )
 from crossbeat.s3.put_batcher import BuildMeta
 from crossbeat.s3.replication import replication_info
@@ -61,12 +62,6 @@ RESPONSE_OVERRIDES = {
     "response-content-disposition": "content-disposition",
     "response-content-encoding": "content-encoding",
 }
-
-
-def versioning_ids(bucket: Bucket) -> tuple[str, str]:
-    """(versionId, sortKey) for a new version: a fresh id when Enabled, else "null"."""
-    sort_key = new_version_id()
-    return (sort_key if bucket.versioning == "Enabled" else "null"), sort_key
 
 
 # Headers asking for what a new object cannot have here (Object Lock, server-side
@@ -418,27 +413,10 @@ async def delete_one(gw: Gateway, bucket: Bucket, target: xmldoc.DeleteTarget) -
         if removed is not None:
             await gw.free([removed])
         return {}
-    version, sort_key = versioning_ids(bucket)
-    marker = {
-        "bucket": bucket.name,
-        "key": key,
-        "versionId": version,
-        "sortKey": sort_key,
-        "isLatest": True,
-        "isDeleteMarker": True,
-        "size": 0,
-        "etag": "",
-        "contentType": "",
-        "lastModified": iso_now(),
-        "userMetadata": {},
-        "tags": {},
-        "location": [],
-        "owner": bucket.owner,
-        "replicationInfo": replication_info(bucket, key, {}, delete_marker=True),
-    }
+    marker = delete_marker(bucket, key, replication_info(bucket, key, {}, delete_marker=True))
     displaced = await gw.run(gw.store.put_version, marker, precondition=precondition)
     await gw.free(displaced)
-    return {"x-amz-delete-marker": "true", "x-amz-version-id": version}
+    return {"x-amz-delete-marker": "true", "x-amz-version-id": marker["versionId"]}
 
 
 async def delete_object(gw: Gateway, req: Request, p: Principal) -> Response:
