@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 # Fields of Bucket that update_bucket may change; name/owner/location/created are fixed.
-BUCKET_MUTABLE_FIELDS = frozenset({"versioning", "replication", "notification", "lifecycle", "attrs"})
+BUCKET_MUTABLE_FIELDS = frozenset({"versioning", "replication", "notification", "lifecycle", "cors", "attrs"})
 VERSIONING_STATES = frozenset({"", "Enabled", "Suspended"})
 
 
@@ -25,6 +25,7 @@ class Bucket:
     replication: dict[str, Any] | None = None  # parsed replication configuration
     notification: dict[str, Any] | None = None  # parsed notification configuration
     lifecycle: dict[str, Any] | None = None  # parsed lifecycle configuration
+    cors: dict[str, Any] | None = None  # parsed CORS configuration
     attrs: dict[str, Any] = field(default_factory=dict)  # tagging, object lock flag, …
 
     def to_dict(self) -> dict[str, Any]:

@@ -79,7 +79,7 @@ class MetadataStore(abc.ABC):
 
     @abc.abstractmethod
     def update_bucket(self, name: str, **changes: Any) -> Bucket:
-        """Set any of versioning / replication / notification / lifecycle / attrs (attrs is
+        """Set any of versioning / replication / notification / lifecycle / cors / attrs (attrs is
         replaced as a whole); returns the stored bucket. NoSuchBucket; InvalidMetadata for
         other fields."""
 
