@@ -62,6 +62,7 @@ from kafka.protocol.producer import (
     ProduceRequest,
     ProduceResponse,
 )
+from kafka.protocol.schemas.fields.codecs.types import UUID
 
 from crossbeat.broker.errors import ErrorCode, ProtocolError
 
@@ -74,9 +75,10 @@ class ApiSpec:
     """One API we answer: its schema classes and the version range we advertise.
 
     The ranges stay below each API's first flexible version (KIP-482) except ApiVersions,
-    whose v3/v4 every modern client opens with, DeleteGroups v2 and ListGroups v3-v4 (v4 has
-    the states filter and each group's state); kafka-python encodes flexible versions as
-    well as the others. See `reference/kafka-broker.md`.
+    whose v3/v4 every modern client opens with, DeleteGroups v2, ListGroups v3-v4 (v4 has
+    the states filter and each group's state) and Metadata v9-v13 (topic ids, lookup by id,
+    which KIP-848 consumers resolve their assignments with); kafka-python encodes flexible
+    versions as well as the others. See `reference/kafka-broker.md`.
     """
 
     key: int
@@ -97,7 +99,7 @@ APIS: dict[int, ApiSpec] = {
         _spec(0, ProduceRequest, ProduceResponse, 3, 8),
         _spec(1, FetchRequest, FetchResponse, 4, 11),
         _spec(2, ListOffsetsRequest, ListOffsetsResponse, 1, 5),
-        _spec(3, MetadataRequest, MetadataResponse, 0, 8),
+        _spec(3, MetadataRequest, MetadataResponse, 0, 13),
         _spec(8, OffsetCommitRequest, OffsetCommitResponse, 2, 7),
         _spec(9, OffsetFetchRequest, OffsetFetchResponse, 1, 5),
         _spec(10, FindCoordinatorRequest, FindCoordinatorResponse, 0, 2),
@@ -179,11 +181,14 @@ def _check_nulls(obj: Any, version: int, where: str) -> None:
     """Raise ProtocolError for a null where the schema forbids one.
 
     kafka-python decodes a -1 length as None for any string or array, nullable or not;
-    handlers may rely on the schema instead of checking every field.
+    handlers may rely on the schema instead of checking every field. A uuid is exempt:
+    kafka-python decodes the all-zero uuid (Kafka's "no id") as None.
     """
     for fld in obj._struct.untagged_fields(version):
         value = getattr(obj, fld.name)
         if value is None:
+            if getattr(fld, "_type", None) is UUID:
+                continue
             if not fld.nullable_for_version_q(version):
                 raise ProtocolError(f"malformed {where} request: null {fld.name}")
         elif isinstance(value, list):

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import re
+import uuid
 from dataclasses import dataclass, field
 
 from crossbeat.broker.errors import ErrorCode
@@ -30,6 +31,7 @@ TOPIC_KEY = "crossbeat.topic"
 PARTITION_KEY = "crossbeat.partition"
 PARTITIONS_KEY = "crossbeat.partitions"
 _INTERNAL_KEYS = (TOPIC_KEY, PARTITION_KEY, PARTITIONS_KEY)
+_TOPIC_ID_NAMESPACE = uuid.UUID("5b0c4b1e-2f4e-4d0a-9a61-63726f737362")
 
 MAX_NAME_LENGTH = 249  # Kafka's; the store's stream names leave room for "-<partition>"
 _LEGAL_NAME = re.compile(rf"[a-zA-Z0-9._-]{{1,{MAX_NAME_LENGTH}}}")
@@ -69,6 +71,13 @@ class Topic:
     @property
     def log_append_time(self) -> bool:
         return self.configs.get("message.timestamp.type") == "LogAppendTime"
+
+    @property
+    def topic_id(self) -> uuid.UUID:
+        """The topic's id (Metadata v10+, KIP-848 assignments): derived from the name, so
+        it is stable across restarts without being stored. Unlike Kafka's, a topic deleted
+        and created again gets the same id."""
+        return uuid.uuid5(_TOPIC_ID_NAMESPACE, self.name)
 
 
 def stream_name(topic: str, partition: int) -> str:
@@ -187,6 +196,13 @@ class Topics:
 
     def all(self) -> list[Topic]:
         return list(self._topics.values())
+
+    def by_id(self, topic_id: uuid.UUID) -> Topic | None:
+        return next((t for t in self._topics.values() if t.topic_id == topic_id), None)
+
+    def partition_counts(self) -> dict[str, int]:
+        """Every topic's partition count."""
+        return {name: len(t.partitions) for name, t in self._topics.items()}
 
     def create(self, name: str, num_partitions: int, configs: dict[str, str] | None = None,
                *, validate_only: bool = False) -> Topic | None:

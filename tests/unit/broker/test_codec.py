@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import struct
+import uuid
 from typing import Any
 
 import pytest
@@ -101,3 +102,15 @@ def test_mutated_valid_frames_decode_or_raise_protocol_error(base: bytes, data: 
             buf[i:i] = data.draw(st.binary(min_size=1, max_size=8))
     with contextlib.suppress(ProtocolError):
         decode_request(bytes(buf))
+
+
+def test_metadata_by_topic_id_survives() -> None:
+    """v12+ asks for a topic by id with a null name; the all-zero uuid (no id) decodes as
+    None and is not mistaken for a forbidden null."""
+    topic_id = uuid.uuid4()
+    m = APIS[3].request
+    by_id = decode_request(frame(m(version=12, topics=[m.MetadataRequestTopic(topic_id=topic_id,
+                                                                              name=None)])))
+    assert [(t.topic_id, t.name) for t in by_id.body.topics] == [(topic_id, None)]
+    by_name = decode_request(frame(m(version=13, topics=[m.MetadataRequestTopic(name="orders")])))
+    assert [t.name for t in by_name.body.topics] == ["orders"]

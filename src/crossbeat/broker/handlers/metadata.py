@@ -2,11 +2,14 @@
 
 `topics = null` (v1+) or an empty list at v0 means every topic. A topic is created when the
 client allows it (always at v0-v3, `allow_auto_topic_creation` from v4) and the broker's
-`auto_create_topics` setting is on.
+`auto_create_topics` setting is on. v10+ carries topic ids; v12+ may ask for a topic by id
+alone (a null name: how KIP-848 consumers resolve their assignment), and an unknown id is
+UNKNOWN_TOPIC_ID with a null name.
 """
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 from kafka.protocol.metadata import MetadataResponse
@@ -23,7 +26,7 @@ _Partition = _Topic.MetadataResponsePartition
 
 def topic_entry(topic: Topic, node_id: int) -> Any:
     return _Topic(
-        error_code=0, name=topic.name, is_internal=False,
+        error_code=0, name=topic.name, topic_id=topic.topic_id, is_internal=False,
         partitions=[
             _Partition(error_code=0, partition_index=i, leader_id=node_id,
                        leader_epoch=len(stream.ranges) - 1,
@@ -33,8 +36,9 @@ def topic_entry(topic: Topic, node_id: int) -> Any:
     )
 
 
-def error_entry(name: str, code: ErrorCode) -> Any:
-    return _Topic(error_code=int(code), name=name, is_internal=False, partitions=[])
+def error_entry(name: str | None, code: ErrorCode, topic_id: uuid.UUID | None = None) -> Any:
+    return _Topic(error_code=int(code), name=name, topic_id=topic_id or uuid.UUID(int=0),
+                  is_internal=False, partitions=[])
 
 
 async def handle(ctx: Context, req: Any) -> Any:
@@ -50,6 +54,12 @@ async def handle(ctx: Context, req: Any) -> Any:
     else:
         for wanted in requested:
             name = wanted.name
+            if name is None:  # by id (v12+)
+                by_id = topics.by_id(wanted.topic_id)
+                entries.append(topic_entry(by_id, broker.node_id) if by_id is not None
+                               else error_entry(None, ErrorCode.UNKNOWN_TOPIC_ID,
+                                                wanted.topic_id))
+                continue
             topic = topics.get(name)
             if topic is None and allow_create and broker.settings.auto_create_topics:
                 try:
@@ -70,5 +80,6 @@ async def handle(ctx: Context, req: Any) -> Any:
         brokers=[_Broker(node_id=broker.node_id, host=broker.host, port=broker.port, rack=None)],
         cluster_id=broker.settings.cluster_id,
         controller_id=broker.node_id,
+        error_code=0,
         topics=entries,
     )
