@@ -1,5 +1,5 @@
-"""Bucket handlers: create/head/delete/list, versioning, replication, notification and lifecycle
-configs."""
+"""Bucket handlers: create/head/delete/list, versioning, replication, notification, lifecycle
+and CORS configs."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from crossbeat.metadata import Bucket
 from crossbeat.metadata.errors import BucketExists, BucketNotEmpty, NoSuchBucket
 from crossbeat.s3 import (
     acl,
+    cors_config,
     lifecycle_config,
     listing,
     notification_config,
@@ -181,6 +182,18 @@ async def put_lifecycle(gw: Gateway, req: Request, p: Principal, ctx: Any) -> Re
     return Response()
 
 
+async def put_cors(gw: Gateway, req: Request, p: Principal, ctx: Any) -> Response:
+    """PutBucketCors: replaces the whole configuration. AWS requires Content-MD5 or a
+    flexible checksum, and a document of at most 64 KB."""
+    await gw.bucket(req.bucket, p, fresh=True)
+    lifecycle_config.require_checksum(req.headers)
+    body = await read_document(req, ctx, limit=cors_config.MAX_DOCUMENT_BYTES)
+    config = cors_config.parse_cors(body)
+    await gw.run(gw.store.update_bucket, req.bucket, cors=config)
+    gw.forget_bucket(req.bucket)
+    return Response()
+
+
 async def put_tagging(gw: Gateway, req: Request, p: Principal, ctx: Any) -> Response:
     bucket = await gw.bucket(req.bucket, p, fresh=True)
     tags = xmldoc.parse_tagging(await read_document(req, ctx), max_tags=50)
@@ -249,6 +262,8 @@ async def get_sub(gw: Gateway, req: Request, p: Principal, sub: str) -> Response
             lifecycle_config.lifecycle_xml(bucket.lifecycle),
             headers={"x-amz-transition-default-minimum-object-size": "all_storage_classes_128K"},
         )
+    if sub == "cors" and bucket.cors:
+        return xml_response(cors_config.cors_xml(bucket.cors))
     if sub == "tagging":
         tags = bucket.attrs.get("tags")
         if not tags:
@@ -277,6 +292,9 @@ async def delete_sub(gw: Gateway, req: Request, p: Principal, sub: str) -> Respo
     elif sub == "lifecycle":
         if bucket.lifecycle is not None:  # no journal entry for deleting what is not there
             await gw.run(gw.store.update_bucket, req.bucket, lifecycle=None)
+    elif sub == "cors":
+        if bucket.cors is not None:
+            await gw.run(gw.store.update_bucket, req.bucket, cors=None)
     elif sub == "tagging":
         attrs = dict(bucket.attrs)
         attrs.pop("tags", None)

@@ -33,13 +33,13 @@ _BUCKET_GET = ("versioning", "replication", "notification", "location", "tagging
                "accelerate")
 # Bucket configurations crossbeat never stores (GET answers "not configured"): deleting one
 # is a no-op, as AWS's DELETE of an absent configuration is.
-_BUCKET_DELETE_ABSENT = ("policy", "cors", "encryption", "website", "publicAccessBlock")
+_BUCKET_DELETE_ABSENT = ("policy", "encryption", "website", "publicAccessBlock")
 # What each (target, method) serves; anything else in SUBRESOURCES is NotImplemented.
 _SERVED = {
     ("bucket", "PUT"): frozenset({"versioning", "replication", "notification", "tagging", "acl",
-                                  "ownershipControls", "lifecycle"}),
+                                  "ownershipControls", "lifecycle", "cors"}),
     ("bucket", "GET"): frozenset({*_BUCKET_GET, "versions", "uploads"}),
-    ("bucket", "DELETE"): frozenset({"replication", "tagging", "notification", "lifecycle",
+    ("bucket", "DELETE"): frozenset({"replication", "tagging", "notification", "lifecycle", "cors",
                                      *_BUCKET_DELETE_ABSENT}),
     ("bucket", "POST"): frozenset({"delete"}),
     ("object", "PUT"): frozenset({"tagging", "acl", "uploadId"}),
@@ -82,7 +82,7 @@ async def dispatch(gw: Gateway, req: Request, principal: Principal, ctx: Any) ->
 
 async def _bucket(gw: Gateway, req: Request, p: Principal, ctx: Any, m: str, q: dict[str, str]) -> Response:
     if m == "PUT":
-        for sub in ("versioning", "replication", "notification", "tagging", "acl", "lifecycle"):
+        for sub in ("versioning", "replication", "notification", "tagging", "acl", "lifecycle", "cors"):
             if sub in q:
                 return await getattr(buckets, f"put_{sub}")(gw, req, p, ctx)
         if "ownershipControls" in q:
@@ -100,7 +100,7 @@ async def _bucket(gw: Gateway, req: Request, p: Principal, ctx: Any, m: str, q: 
             return await multipart.list_uploads(gw, req, p)
         return await buckets.list_objects(gw, req, p, v2=q.get("list-type") == "2")
     if m == "DELETE":
-        for sub in ("replication", "tagging", "notification", "lifecycle", *_BUCKET_DELETE_ABSENT):
+        for sub in ("replication", "tagging", "notification", "lifecycle", "cors", *_BUCKET_DELETE_ABSENT):
             if sub in q:
                 return await buckets.delete_sub(gw, req, p, sub)
         return await buckets.delete_bucket(gw, req, p)

@@ -57,8 +57,8 @@ def test_an_unimplemented_object_api_is_501_and_changes_nothing(s3: Any, bucket:
 @pytest.mark.parametrize(
     "call",
     [
-        lambda s3, b: s3.put_bucket_cors(Bucket=b, CORSConfiguration={"CORSRules": [
-            {"AllowedMethods": ["GET"], "AllowedOrigins": ["*"]}]}),
+        lambda s3, b: s3.put_bucket_website(Bucket=b, WebsiteConfiguration={
+            "IndexDocument": {"Suffix": "index.html"}}),
         lambda s3, b: s3.put_bucket_policy(Bucket=b, Policy='{"Version": "2012-10-17", "Statement": []}'),
         lambda s3, b: s3.put_bucket_lifecycle_configuration(Bucket=b, LifecycleConfiguration={"Rules": [
             {"ID": "r", "Status": "Enabled", "Filter": {"Prefix": ""},
@@ -67,7 +67,7 @@ def test_an_unimplemented_object_api_is_501_and_changes_nothing(s3: Any, bucket:
         lambda s3, b: s3.list_bucket_inventory_configurations(Bucket=b),
         lambda s3, b: s3.get_bucket_policy_status(Bucket=b),
     ],
-    ids=["put-cors", "put-policy", "put-lifecycle-transition", "get-metrics", "list-inventory", "policy-status"],
+    ids=["put-website", "put-policy", "put-lifecycle-transition", "get-metrics", "list-inventory", "policy-status"],
 )
 def test_an_unimplemented_bucket_api_is_501_and_changes_nothing(s3: Any, bucket: str, call: Any) -> None:
     etag = s3.put_object(Bucket=bucket, Key="k", Body=b"payload")["ETag"]
