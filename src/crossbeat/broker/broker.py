@@ -37,6 +37,8 @@ class Broker:
             min_session_ms=settings.group_min_session_timeout_ms,
             max_session_ms=settings.group_max_session_timeout_ms,
             initial_rebalance_delay_ms=settings.group_initial_rebalance_delay_ms,
+            consumer_heartbeat_interval_ms=settings.group_consumer_heartbeat_interval_ms,
+            consumer_session_timeout_ms=settings.group_consumer_session_timeout_ms,
             on_members_change=offsets.note_members,
         )
         self.producers = ProducerStates()

@@ -74,6 +74,16 @@ class BrokerSettings(BaseSettings):
     group_initial_rebalance_delay_ms: int = Field(
         0, ge=0, description="wait this long for more members when an empty group gets its first"
     )
+    group_consumer_heartbeat_interval_ms: int = Field(
+        5000, ge=10, le=3_600_000,
+        description="how often members of KIP-848 consumer groups (group.protocol=consumer) "
+        "heartbeat; Kafka's group.consumer.heartbeat.interval.ms",
+    )
+    group_consumer_session_timeout_ms: int = Field(
+        45000, ge=20, le=3_600_000,
+        description="a KIP-848 consumer group member not heard from this long is removed and "
+        "its partitions move; Kafka's group.consumer.session.timeout.ms",
+    )
     offsets_compact_after: int = Field(
         10000, ge=10, description="rewrite the committed-offsets log after this many commits"
     )
@@ -98,6 +108,12 @@ class BrokerSettings(BaseSettings):
                 f"group_min_session_timeout_ms ({self.group_min_session_timeout_ms}) is above "
                 f"group_max_session_timeout_ms ({self.group_max_session_timeout_ms}): every "
                 "JoinGroup would be refused"
+            )
+        if self.group_consumer_heartbeat_interval_ms >= self.group_consumer_session_timeout_ms:
+            raise ValueError(
+                f"group_consumer_heartbeat_interval_ms ({self.group_consumer_heartbeat_interval_ms})"
+                f" must be below group_consumer_session_timeout_ms "
+                f"({self.group_consumer_session_timeout_ms}): every member would time out"
             )
         return self
 

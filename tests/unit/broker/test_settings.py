@@ -32,3 +32,12 @@ def test_session_timeout_bounds_must_be_positive_and_in_order(tmp_path: Path) ->
     both = BrokerSettings(data_dir=tmp_path, group_min_session_timeout_ms=5000,
                           group_max_session_timeout_ms=5000)
     assert both.group_max_session_timeout_ms == 5000
+
+
+def test_consumer_group_heartbeat_must_be_below_its_session_timeout(tmp_path: Path) -> None:
+    settings = BrokerSettings(data_dir=tmp_path)
+    assert (settings.group_consumer_heartbeat_interval_ms,
+            settings.group_consumer_session_timeout_ms) == (5000, 45000)  # Kafka's defaults
+    with pytest.raises(ValueError, match=r"group_consumer_heartbeat_interval_ms \(3000\) must"):
+        BrokerSettings(data_dir=tmp_path, group_consumer_heartbeat_interval_ms=3000,
+                       group_consumer_session_timeout_ms=3000)

@@ -30,7 +30,10 @@ Deadlines are enforced by `sweep`, which the broker calls every `SWEEP_INTERVAL`
 All methods run on the event loop and change state without awaiting in between.
 
 Modules: `state` (groups, members, results), `rebalance` (the state transitions),
-`coordinator` (the request entry points and the sweep).
+`coordinator` (the request entry points and the sweep). KIP-848 consumer groups
+(ConsumerGroupHeartbeat, `group.protocol=consumer`): `consumer_group` (members, epochs,
+reconciliation), `assignors` (server-side `uniform` and `range`), `consumer_coordinator`
+(the heartbeat, fencing and sweep), reached as `GroupCoordinator.consumer`.
 """
 
 from crossbeat.broker.groups.coordinator import SWEEP_INTERVAL, GroupCoordinator

@@ -1,5 +1,9 @@
 """`GroupCoordinator`: the entry points of JoinGroup, SyncGroup, Heartbeat, LeaveGroup,
-DeleteGroups and OffsetCommit's fencing, and the sweep that enforces their deadlines."""
+DeleteGroups and OffsetCommit's fencing, and the sweep that enforces their deadlines.
+
+It also holds the KIP-848 consumer groups (`consumer`, see consumer_coordinator.py): a group
+id names one kind of group, and the questions asked of every group (is it empty, may it be
+deleted or forgotten, may this commit be applied) are answered here for both kinds."""
 
 from __future__ import annotations
 
@@ -10,6 +14,7 @@ import uuid
 from collections.abc import Callable
 
 from crossbeat.broker.errors import ErrorCode
+from crossbeat.broker.groups.consumer_coordinator import ConsumerGroupCoordinator
 from crossbeat.broker.groups.rebalance import (
     MembersListener,
     Rebalancer,
@@ -34,12 +39,15 @@ SWEEP_INTERVAL = 0.1
 class GroupCoordinator:
     """All consumer groups of this broker (it is the coordinator of every group).
 
-    `on_members_change(group_id, has_members)` is told when a group leaves Empty (True) and
-    becomes Empty again (False): the offset store notes it, offset expiry counts from it.
+    `on_members_change(group_id, has_members)` is told when a group (of either kind) leaves
+    Empty (True) and becomes Empty again (False): the offset store notes it, offset expiry
+    counts from it. `groups` holds the classic groups, `consumer.groups` the KIP-848 ones.
     """
 
     def __init__(self, *, min_session_ms: int = 1000, max_session_ms: int = 1800000,
                  initial_rebalance_delay_ms: int = 0,
+                 consumer_heartbeat_interval_ms: int = 5000,
+                 consumer_session_timeout_ms: int = 45000,
                  clock: Callable[[], float] = time.monotonic,
                  on_members_change: MembersListener | None = None) -> None:
         self._min_session = min_session_ms
@@ -47,6 +55,10 @@ class GroupCoordinator:
         self._clock = clock
         self._rebalance = Rebalancer(clock, initial_rebalance_delay_ms / 1000, on_members_change)
         self.groups: dict[str, Group] = {}
+        self.consumer = ConsumerGroupCoordinator(
+            heartbeat_interval_ms=consumer_heartbeat_interval_ms,
+            session_timeout_ms=consumer_session_timeout_ms, clock=clock, classic=self.groups,
+            on_members_change=on_members_change or (lambda group_id, has_members: None))
 
     # -- JoinGroup ---------------------------------------------------------------------------
     async def join(self, group_id: str, member_id: str, group_instance_id: str | None,
@@ -60,6 +72,13 @@ class GroupCoordinator:
             return JoinResult(ErrorCode.INVALID_SESSION_TIMEOUT, member_id)
         if rebalance_timeout_ms < 0:
             rebalance_timeout_ms = session_timeout_ms  # v0 has no rebalance timeout
+        consumer_group = self.consumer.groups.get(group_id)
+        if consumer_group is not None:
+            # Kafka without classic-to-consumer migration: a live consumer group refuses
+            # classic members; an empty one becomes a classic group
+            if consumer_group.members:
+                return JoinResult(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, member_id)
+            del self.consumer.groups[group_id]
         group = self.groups.get(group_id)
         if group is None:
             group = self.groups[group_id] = Group(group_id)
@@ -255,8 +274,16 @@ class GroupCoordinator:
         A group with members or mid-rebalance is NON_EMPTY_GROUP and kept; a group neither
         here nor with offsets is GROUP_ID_NOT_FOUND. Member ids handed out by
         MEMBER_ID_REQUIRED but not yet joined do not make a group non-empty (nor in Kafka):
-        their JoinGroup then gets UNKNOWN_MEMBER_ID and the client starts over.
+        their JoinGroup then gets UNKNOWN_MEMBER_ID and the client starts over. A consumer
+        group is Empty when it has no members.
         """
+        consumer_group = self.consumer.groups.get(group_id)
+        if consumer_group is not None:
+            if consumer_group.members:
+                return ErrorCode.NON_EMPTY_GROUP
+            del self.consumer.groups[group_id]
+            log.info("group %s: deleted", group_id)
+            return ErrorCode.NONE
         group = self.groups.get(group_id)
         if group is None:
             return ErrorCode.NONE if has_offsets else ErrorCode.GROUP_ID_NOT_FOUND
@@ -270,7 +297,9 @@ class GroupCoordinator:
         """True if `group_id` is Empty (no members, not rebalancing) or unknown here: the
         groups whose committed offsets may expire."""
         group = self.groups.get(group_id)
-        return group is None or group.state is GroupState.EMPTY
+        consumer_group = self.consumer.groups.get(group_id)
+        return ((group is None or group.state is GroupState.EMPTY)
+                and (consumer_group is None or not consumer_group.members))
 
     def forget_if_empty(self, group_id: str) -> bool:
         """Forget `group_id` (it is Dead) if it is Empty, and say whether it was.
@@ -278,6 +307,13 @@ class GroupCoordinator:
         The caller knows it has no committed offsets left. A group holding member ids handed
         out by MEMBER_ID_REQUIRED is kept: their JoinGroup is on its way.
         """
+        consumer_group = self.consumer.groups.get(group_id)
+        if consumer_group is not None:
+            if consumer_group.members:
+                return False
+            del self.consumer.groups[group_id]
+            log.info("group %s: dead (empty, no committed offsets)", group_id)
+            return True
         group = self.groups.get(group_id)
         if group is None or group.state is not GroupState.EMPTY or group.pending:
             return False
@@ -287,10 +323,17 @@ class GroupCoordinator:
         return True
 
     def check_commit(self, group_id: str, generation_id: int, member_id: str,
-                     group_instance_id: str | None = None) -> ErrorCode:
+                     group_instance_id: str | None = None, version: int = 9) -> ErrorCode:
         """May this OffsetCommit be applied? generation -1 with no member id (and no
         instance id) is a simple (standalone) commit, allowed while the group has no
-        members; a member's commit is fenced as its Heartbeat is."""
+        members; a member's commit is fenced as its Heartbeat is. In a consumer group the
+        generation is the member epoch (`ConsumerGroupCoordinator.check_member`), and a
+        member's commit needs OffsetCommit v9+ (UNSUPPORTED_VERSION), as in Kafka."""
+        if group_id in self.consumer.groups:
+            verdict = self.consumer.check_member(group_id, member_id, generation_id)
+            if verdict is ErrorCode.NONE and member_id and version < 9:
+                return ErrorCode.UNSUPPORTED_VERSION
+            return verdict
         group = self.groups.get(group_id)
         if generation_id < 0 and not member_id and group_instance_id is None:
             if group is None or not group.members:
@@ -311,6 +354,7 @@ class GroupCoordinator:
     # -- time ------------------------------------------------------------------------------
     def sweep(self) -> None:
         """Expire sessions, pending member ids, and rebalance/sync deadlines."""
+        self.consumer.sweep()
         now = self._clock()
         for group in list(self.groups.values()):
             for mid, deadline in list(group.pending.items()):
