@@ -18,8 +18,9 @@ from crossbeat.metadata.settings import MetadataSettings
 from crossbeat.repositories import CorruptData, NoSuchData, Repository, open_repositories
 from crossbeat.repositories.registry import cleanup_repositories, names_by_repository
 from crossbeat.repositories.settings import RepositorySettings
-from crossbeat.s3 import postobject, router
+from crossbeat.s3 import cors, postobject, router
 from crossbeat.s3.auth import Principal, authenticate
+from crossbeat.s3.buckets import BUCKET_RE
 from crossbeat.s3.errors import S3Error
 from crossbeat.s3.http import Receive, Request, Response, Scope, Send
 from crossbeat.s3.put_batcher import PutBatcher
@@ -29,6 +30,11 @@ from crossbeat.s3.xmldoc import error_xml
 log = logging.getLogger("crossbeat.gateway")
 # how stale the lifecycle configuration behind x-amz-expiration may be (see lifecycle_of)
 LIFECYCLE_TTL_S = 1.0
+# how stale the CORS rules applied to requests with an Origin may be (see cors_of), and how
+# many buckets' rules a process keeps (preflights are unauthenticated: names are bounded by
+# BUCKET_RE, their number by this)
+CORS_TTL_S = 1.0
+CORS_CACHE_ENTRIES = 4096
 T = TypeVar("T")
 
 
@@ -63,6 +69,9 @@ class Gateway:
         # Lifecycle configurations by bucket, for the x-amz-expiration header: (when read,
         # configuration), see `lifecycle_of`.
         self._lifecycles: dict[str, tuple[float, dict[str, Any] | None]] = {}
+        # CORS rules by bucket, for requests with an Origin: (when read, bucket exists,
+        # configuration), see `cors_of`.
+        self._cors: dict[str, tuple[float, bool, dict[str, Any] | None]] = {}
 
     # -- construction -------------------------------------------------------------------
     @classmethod
@@ -133,6 +142,7 @@ class Gateway:
         """Drop a bucket from the cache after it changed."""
         self._buckets.pop(name, None)
         self._lifecycles.pop(name, None)
+        self._cors.pop(name, None)
 
     def lifecycle_of(self, name: str) -> dict[str, Any] | None:
         """The bucket's lifecycle configuration as of at most LIFECYCLE_TTL_S ago (None if it
@@ -147,6 +157,28 @@ class Gateway:
             entry = (now, bucket.lifecycle if bucket is not None else None)
             self._lifecycles[name] = entry
         return entry[1]
+
+    async def cors_of(self, name: str) -> tuple[bool, dict[str, Any] | None]:
+        """(whether bucket `name` exists, its CORS configuration or None) as of at most
+        CORS_TTL_S ago, for preflights and requests carrying an Origin: another gateway
+        process may change the rules, and reading the bucket on each such request would
+        cost it a query, so a change made elsewhere applies here within that TTL (at once
+        for changes made through this process, which drop the entry). A name no bucket can
+        have is answered without a query or an entry. The read runs on a worker thread."""
+        if not BUCKET_RE.match(name):
+            return False, None
+        now = time.monotonic()
+        entry = self._cors.get(name)
+        if entry is None or now - entry[0] > CORS_TTL_S:
+            bucket = await self.run(self.store.get_bucket, name)
+            entry = (now, bucket is not None, bucket.cors if bucket is not None else None)
+            if len(self._cors) >= CORS_CACHE_ENTRIES and name not in self._cors:
+                # many buckets, or a client probing names: keep what is fresh, else start over
+                self._cors = {k: v for k, v in self._cors.items() if now - v[0] <= CORS_TTL_S}
+                if len(self._cors) >= CORS_CACHE_ENTRIES:
+                    self._cors.clear()
+            self._cors[name] = entry
+        return entry[1], entry[2]
 
     async def bucket(self, name: str, principal: Principal, fresh: bool = False) -> Bucket:
         """The bucket if it exists and `principal` owns it; S3 errors otherwise.
@@ -247,8 +279,13 @@ class Gateway:
     async def _handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         req = Request.from_scope(scope, receive, self.settings.virtual_host_domains)
         head_only = req.method == "HEAD"
+        # CORS costs a request without Origin (nearly all) this one lookup; see s3/cors.py
+        origin = req.headers.get("origin")
         try:
-            if req.method == "POST" and not req.key and req.bucket and router.SUBRESOURCES.isdisjoint(req.query):
+            if req.method == "OPTIONS":
+                # a CORS preflight: no S3 API uses OPTIONS, and browsers send no credentials
+                response = await cors.preflight(self, req)
+            elif req.method == "POST" and not req.key and req.bucket and router.SUBRESOURCES.isdisjoint(req.query):
                 # POST Object (an HTML form upload) carries its credentials in the form
                 response = await postobject.post_object(self, req)
             else:
@@ -273,6 +310,8 @@ class Gateway:
                 drained = False
             if not drained:
                 response.headers["connection"] = "close"
+        if origin is not None and req.method != "OPTIONS":
+            await cors.add_headers(self, req, origin, response)
         await response.send(send, req, head_only=head_only)
 
     def authenticate(self, req: Request) -> tuple[Principal, Any]:
