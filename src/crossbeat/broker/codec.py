@@ -65,6 +65,7 @@ from kafka.protocol.producer import (
 from kafka.protocol.schemas.fields.codecs.types import UUID
 
 from crossbeat.broker.errors import ErrorCode, ProtocolError
+from crossbeat.broker.schemas import ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse
 
 _HEADER = struct.Struct(">hhi")  # api_key, api_version, correlation_id
 _SIZE = struct.Struct(">i")
@@ -75,10 +76,12 @@ class ApiSpec:
     """One API we answer: its schema classes and the version range we advertise.
 
     The ranges stay below each API's first flexible version (KIP-482) except ApiVersions,
-    whose v3/v4 every modern client opens with, DeleteGroups v2, ListGroups v3-v4 (v4 has
-    the states filter and each group's state) and Metadata v9-v13 (topic ids, lookup by id,
-    which KIP-848 consumers resolve their assignments with); kafka-python encodes flexible
-    versions as well as the others. See `reference/kafka-broker.md`.
+    whose v3/v4 every modern client opens with, DeleteGroups v2, ListGroups v3-v5 (v4 has
+    the states filter and each group's state, v5 the types filter and type), and what the
+    KIP-848 consumer protocol needs (flexible only): ConsumerGroupHeartbeat, Metadata v9-v13
+    (topic ids, lookup by id), OffsetCommit v8-v9 and OffsetFetch v6-v9 (member epochs).
+    kafka-python encodes flexible versions as well as the others; classes it lacks come
+    from `crossbeat.broker.schemas`. See `reference/kafka-broker.md`.
     """
 
     key: int
@@ -100,21 +103,22 @@ APIS: dict[int, ApiSpec] = {
         _spec(1, FetchRequest, FetchResponse, 4, 11),
         _spec(2, ListOffsetsRequest, ListOffsetsResponse, 1, 5),
         _spec(3, MetadataRequest, MetadataResponse, 0, 13),
-        _spec(8, OffsetCommitRequest, OffsetCommitResponse, 2, 7),
-        _spec(9, OffsetFetchRequest, OffsetFetchResponse, 1, 5),
+        _spec(8, OffsetCommitRequest, OffsetCommitResponse, 2, 9),
+        _spec(9, OffsetFetchRequest, OffsetFetchResponse, 1, 9),
         _spec(10, FindCoordinatorRequest, FindCoordinatorResponse, 0, 2),
         _spec(11, JoinGroupRequest, JoinGroupResponse, 0, 5),
         _spec(12, HeartbeatRequest, HeartbeatResponse, 0, 3),
         _spec(13, LeaveGroupRequest, LeaveGroupResponse, 0, 3),
         _spec(14, SyncGroupRequest, SyncGroupResponse, 0, 3),
         _spec(15, DescribeGroupsRequest, DescribeGroupsResponse, 0, 4),
-        _spec(16, ListGroupsRequest, ListGroupsResponse, 0, 4),
+        _spec(16, ListGroupsRequest, ListGroupsResponse, 0, 5),
         _spec(18, ApiVersionsRequest, ApiVersionsResponse, 0, 4),
         _spec(19, CreateTopicsRequest, CreateTopicsResponse, 2, 4),
         _spec(20, DeleteTopicsRequest, DeleteTopicsResponse, 1, 3),
         _spec(22, InitProducerIdRequest, InitProducerIdResponse, 0, 1),
         _spec(32, DescribeConfigsRequest, DescribeConfigsResponse, 1, 3),
         _spec(42, DeleteGroupsRequest, DeleteGroupsResponse, 0, 2),
+        _spec(68, ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse, 0, 1),
     )
 }
 

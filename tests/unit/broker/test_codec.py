@@ -114,3 +114,32 @@ def test_metadata_by_topic_id_survives() -> None:
     assert [(t.topic_id, t.name) for t in by_id.body.topics] == [(topic_id, None)]
     by_name = decode_request(frame(m(version=13, topics=[m.MetadataRequestTopic(name="orders")])))
     assert [t.name for t in by_name.body.topics] == ["orders"]
+
+
+def test_consumer_protocol_messages_keep_their_fields() -> None:
+    """ConsumerGroupHeartbeat (our JSON schemas) and OffsetFetch with a member epoch: what
+    KIP-848 clients send and read survives the wire, uuids included."""
+    topic_id = uuid.uuid4()
+    q = APIS[68].request
+    body = q(version=1, group_id="g", member_id="m", member_epoch=3, instance_id=None,
+             rack_id="r1", rebalance_timeout_ms=300000, subscribed_topic_names=["a"],
+             subscribed_topic_regex="^b.*", server_assignor="range",
+             topic_partitions=[q.TopicPartitions(topic_id=topic_id, partitions=[0, 2])])
+    req = decode_request(frame(body)).body
+    assert (req.member_epoch, req.subscribed_topic_regex, req.server_assignor) == (3, "^b.*", "range")
+    assert [(tp.topic_id, tp.partitions) for tp in req.topic_partitions] == [(topic_id, [0, 2])]
+    r = APIS[68].response
+    resp = r(version=1, throttle_time_ms=0, error_code=0, error_message=None, member_id="m",
+             member_epoch=4, heartbeat_interval_ms=5000,
+             assignment=r.Assignment(topic_partitions=[
+                 r.Assignment.TopicPartitions(topic_id=topic_id, partitions=[1])]))
+    encoded = encode_response(Request(APIS[68], 1, 7, "c", None), resp)
+    back = r.decode(bytes(encoded[4:]), version=1, header=True)
+    assert back.member_epoch == 4
+    assert [(tp.topic_id, tp.partitions) for tp in back.assignment.topic_partitions] == [(topic_id, [1])]
+
+    f = APIS[9].request
+    fetch = decode_request(frame(f(version=9, require_stable=True, groups=[f.OffsetFetchRequestGroup(
+        group_id="g", member_id="m", member_epoch=4, topics=None)]))).body
+    assert [(g.group_id, g.member_id, g.member_epoch, g.topics) for g in fetch.groups] == [
+        ("g", "m", 4, None)]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from crossbeat.broker.handlers import (
     api_versions,
+    consumer_group_heartbeat,
     create_topics,
     delete_groups,
     delete_topics,
@@ -45,6 +46,7 @@ HANDLERS: dict[int, Handler] = {
     22: init_producer_id.handle,
     32: describe_configs.handle,
     42: delete_groups.handle,
+    68: consumer_group_heartbeat.handle,
 }
 
 __all__ = ["HANDLERS", "Context", "Handler"]

@@ -1,4 +1,5 @@
-"""DescribeGroups (15): state, protocol and members of each group."""
+"""DescribeGroups (15): state, protocol and members of each classic group. A KIP-848
+consumer group is GROUP_ID_NOT_FOUND here, as in Kafka ("not a classic group")."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from typing import Any
 
 from kafka.protocol.admin import DescribeGroupsResponse
 
+from crossbeat.broker.errors import ErrorCode
 from crossbeat.broker.groups import GroupState
 from crossbeat.broker.handlers.context import Context
 
@@ -18,6 +20,11 @@ async def handle(ctx: Context, req: Any) -> Any:
     offsets = ctx.broker.offsets
     out = []
     for group_id in req.groups:
+        if group_id in coordinator.consumer.groups:
+            out.append(_Group(error_code=int(ErrorCode.GROUP_ID_NOT_FOUND), group_id=group_id,
+                              group_state="", protocol_type="", protocol_data="", members=[],
+                              authorized_operations=None))
+            continue
         group = coordinator.groups.get(group_id)
         if group is None:
             state = "Empty" if group_id in offsets.groups() else "Dead"

@@ -1,6 +1,8 @@
 """OffsetCommit (8): fence by group generation, then make the offsets durable (fsync)
 before answering. Leader epoch and metadata are stored and returned by OffsetFetch.
-v7+ carries the static instance id, by which a replaced member is FENCED_INSTANCE_ID."""
+v7+ carries the static instance id, by which a replaced member is FENCED_INSTANCE_ID.
+In a KIP-848 consumer group the generation is the member epoch (v9+): a stale one is
+STALE_MEMBER_EPOCH, as GroupCoordinator.check_commit says."""
 
 from __future__ import annotations
 
@@ -25,7 +27,7 @@ async def handle(ctx: Context, req: Any) -> Any:
     broker = ctx.broker
     instance = req.group_instance_id if ctx.version >= 7 else None
     group_error = ErrorCode.INVALID_GROUP_ID if not req.group_id else broker.groups.check_commit(
-        req.group_id, req.generation_id_or_member_epoch, req.member_id, instance)
+        req.group_id, req.generation_id_or_member_epoch, req.member_id, instance, ctx.version)
     results: list[tuple[str, list[tuple[int, int]]]] = []
     entries: list[Entry] = []
     for topic in req.topics:

@@ -1,4 +1,11 @@
-"""OffsetFetch (9): committed offsets (-1 when none), with leader epoch and metadata."""
+"""OffsetFetch (9): committed offsets (-1 when none), with leader epoch and metadata.
+
+v8+ asks for several groups at once and answers per group; v9 adds the member id and
+epoch of a KIP-848 consumer-group member, fenced as its commits are (UNKNOWN_MEMBER_ID,
+STALE_MEMBER_EPOCH: the group's error, with no offsets). A fetch without a member (null
+member id and epoch -1: tools, classic consumers, and librdkafka's own consumer-protocol
+fetches) is never fenced, as in Kafka's ConsumerGroup.validateOffsetFetch.
+"""
 
 from __future__ import annotations
 
@@ -6,32 +13,55 @@ from typing import Any
 
 from kafka.protocol.consumer import OffsetFetchResponse
 
+from crossbeat.broker.errors import ErrorCode
 from crossbeat.broker.handlers.context import Context
 
 _Topic = OffsetFetchResponse.OffsetFetchResponseTopic
 _Partition = _Topic.OffsetFetchResponsePartition
+_Group = OffsetFetchResponse.OffsetFetchResponseGroup
+_GroupTopic = _Group.OffsetFetchResponseTopics
+_GroupPartition = _GroupTopic.OffsetFetchResponsePartitions
 
 
-async def handle(ctx: Context, req: Any) -> Any:
-    committed = ctx.broker.offsets.group_offsets(req.group_id)
+def _offsets(ctx: Context, group_id: str, topics: list[Any] | None,
+             topic_cls: Any, partition_cls: Any) -> list[Any]:
+    """The committed offsets of `topics` (None: every partition the group committed)."""
+    committed = ctx.broker.offsets.group_offsets(group_id)
     wanted: dict[str, list[int]] = {}
-    if req.topics is None:  # v2+: every partition the group committed
+    if topics is None:
         for topic, partition in sorted(committed):
             wanted.setdefault(topic, []).append(partition)
     else:
-        for t in req.topics:
+        for t in topics:
             wanted[t.name] = list(t.partition_indexes)
-    topics = []
+    out = []
     for name, partitions in wanted.items():
         entries = []
         for index in partitions:
             c = committed.get((name, index))
-            entries.append(_Partition(
+            entries.append(partition_cls(
                 partition_index=index,
                 committed_offset=c.offset if c else -1,
                 committed_leader_epoch=c.leader_epoch if c else -1,
                 metadata=(c.metadata if c else "") or "",
                 error_code=0,
             ))
-        topics.append(_Topic(name=name, partitions=entries))
-    return OffsetFetchResponse(throttle_time_ms=0, topics=topics, error_code=0)
+        out.append(topic_cls(name=name, partitions=entries))
+    return out
+
+
+async def handle(ctx: Context, req: Any) -> Any:
+    if ctx.version < 8:
+        return OffsetFetchResponse(throttle_time_ms=0, error_code=0, topics=_offsets(
+            ctx, req.group_id, req.topics, _Topic, _Partition))
+    groups = []
+    for g in req.groups:
+        error = ErrorCode.NONE
+        fenced = ctx.version >= 9 and not (g.member_id is None and g.member_epoch < 0)
+        if fenced and g.group_id in ctx.broker.groups.consumer.groups:
+            error = ctx.broker.groups.consumer.check_member(g.group_id, g.member_id,
+                                                           g.member_epoch)
+        topics = [] if error else _offsets(ctx, g.group_id, g.topics, _GroupTopic,
+                                           _GroupPartition)
+        groups.append(_Group(group_id=g.group_id, topics=topics, error_code=int(error)))
+    return OffsetFetchResponse(throttle_time_ms=0, groups=groups)
