@@ -185,7 +185,7 @@ async def put_lifecycle(gw: Gateway, req: Request, p: Principal, ctx: Any) -> Re
 async def put_cors(gw: Gateway, req: Request, p: Principal, ctx: Any) -> Response:
     """PutBucketCors: replaces the whole configuration. AWS requires Content-MD5 or a
     flexible checksum, and a document of at most 64 KB. s3/cors.py applies it; other
-    gateway processes do within `gateway.CORS_TTL_S` (see `Gateway.cors_of`)."""
+    gateway processes do within `gateway.RECENT_BUCKET_TTL_S` (see `Gateway.cors_of`)."""
     await gw.bucket(req.bucket, p, fresh=True)
     lifecycle_config.require_checksum(req.headers)
     body = await read_document(req, ctx, limit=cors_config.MAX_DOCUMENT_BYTES)

@@ -17,7 +17,7 @@
   matches or the bucket has no rules. The request itself is served as without `Origin`.
 
 Rules come from `Gateway.cors_of`, a per-process cache: a change made through another
-gateway process applies here within `gateway.CORS_TTL_S`.
+gateway process applies here within `gateway.RECENT_BUCKET_TTL_S`.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ async def preflight(gw: Gateway, req: Request) -> Response:
     if not origin:
         raise S3Error("BadRequest", "Insufficient information. Origin request header needed.")
     method = req.headers.get("access-control-request-method")
-    found, config = await gw.cors_of(req.bucket)
+    found, config = gw.cors_of(req.bucket)
     if not found:
         raise _forbidden("CORSResponse: Bucket not found", method or "OPTIONS", "BUCKET")
     if not config:
@@ -73,7 +73,7 @@ async def add_headers(gw: Gateway, req: Request, origin: str, response: Response
     if not req.bucket:
         return
     try:
-        _found, config = await gw.cors_of(req.bucket)
+        _found, config = gw.cors_of(req.bucket)
     except Exception:  # noqa: BLE001 - the answer itself is already decided
         log.exception("could not read the CORS rules of %r", req.bucket)
         return

@@ -28,13 +28,11 @@ from crossbeat.s3.settings import GatewaySettings
 from crossbeat.s3.xmldoc import error_xml
 
 log = logging.getLogger("crossbeat.gateway")
-# how stale the lifecycle configuration behind x-amz-expiration may be (see lifecycle_of)
-LIFECYCLE_TTL_S = 1.0
-# how stale the CORS rules applied to requests with an Origin may be (see cors_of), and how
-# many buckets' rules a process keeps (preflights are unauthenticated: names are bounded by
-# BUCKET_RE, their number by this)
-CORS_TTL_S = 1.0
-CORS_CACHE_ENTRIES = 4096
+# How stale the bucket configurations that object requests apply may be (lifecycle rules
+# behind x-amz-expiration, CORS rules; see recent_bucket), and how many buckets a process
+# keeps (preflights are unauthenticated: names are bounded by BUCKET_RE, their number by this)
+RECENT_BUCKET_TTL_S = 1.0
+RECENT_BUCKET_ENTRIES = 4096
 T = TypeVar("T")
 
 
@@ -66,12 +64,9 @@ class Gateway:
         # Other gateway processes may change versioning or configurations at any time, so
         # handlers that depend on those ask for `fresh=True` or re-read inside the commit.
         self._buckets: dict[str, Bucket] = {}
-        # Lifecycle configurations by bucket, for the x-amz-expiration header: (when read,
-        # configuration), see `lifecycle_of`.
-        self._lifecycles: dict[str, tuple[float, dict[str, Any] | None]] = {}
-        # CORS rules by bucket, for requests with an Origin: (when read, bucket exists,
-        # configuration), see `cors_of`.
-        self._cors: dict[str, tuple[float, bool, dict[str, Any] | None]] = {}
+        # Buckets as read at most RECENT_BUCKET_TTL_S ago, for the configurations object
+        # requests apply: (when read, bucket or None), see `recent_bucket`.
+        self._recent: dict[str, tuple[float, Bucket | None]] = {}
 
     # -- construction -------------------------------------------------------------------
     @classmethod
@@ -141,44 +136,40 @@ class Gateway:
     def forget_bucket(self, name: str) -> None:
         """Drop a bucket from the cache after it changed."""
         self._buckets.pop(name, None)
-        self._lifecycles.pop(name, None)
-        self._cors.pop(name, None)
+        self._recent.pop(name, None)
 
-    def lifecycle_of(self, name: str) -> dict[str, Any] | None:
-        """The bucket's lifecycle configuration as of at most LIFECYCLE_TTL_S ago (None if it
-        has none), for the x-amz-expiration header of object requests: another gateway
-        process may change it, and reading the bucket on every GET and PUT would cost them a
-        query, so the header may lag such a change by that long. Reads on the calling
-        thread (the event loop: one small query per bucket and process per interval)."""
+    def recent_bucket(self, name: str) -> Bucket | None:
+        """Bucket `name` (None if there is none) as read at most RECENT_BUCKET_TTL_S ago,
+        for the configurations object requests apply (lifecycle rules, CORS rules): another
+        gateway process may change them, and reading the bucket on every request would cost
+        each a query, so a change made elsewhere applies here within that TTL (at once for
+        changes made through this process, which drop the entry). A name no bucket can have
+        is answered without a query or an entry. Reads on the calling thread, the event
+        loop, as GET's own metadata read does: one small query per bucket and interval."""
+        if not BUCKET_RE.match(name):
+            return None
         now = time.monotonic()
-        entry = self._lifecycles.get(name)
-        if entry is None or now - entry[0] > LIFECYCLE_TTL_S:
-            bucket = self.store.get_bucket(name)
-            entry = (now, bucket.lifecycle if bucket is not None else None)
-            self._lifecycles[name] = entry
+        entry = self._recent.get(name)
+        if entry is None or now - entry[0] > RECENT_BUCKET_TTL_S:
+            entry = (now, self.store.get_bucket(name))
+            if len(self._recent) >= RECENT_BUCKET_ENTRIES and name not in self._recent:
+                # many buckets, or a client probing names: keep what is fresh, else start over
+                self._recent = {k: v for k, v in self._recent.items() if now - v[0] <= RECENT_BUCKET_TTL_S}
+                if len(self._recent) >= RECENT_BUCKET_ENTRIES:
+                    self._recent.clear()
+            self._recent[name] = entry
         return entry[1]
 
-    async def cors_of(self, name: str) -> tuple[bool, dict[str, Any] | None]:
-        """(whether bucket `name` exists, its CORS configuration or None) as of at most
-        CORS_TTL_S ago, for preflights and requests carrying an Origin: another gateway
-        process may change the rules, and reading the bucket on each such request would
-        cost it a query, so a change made elsewhere applies here within that TTL (at once
-        for changes made through this process, which drop the entry). A name no bucket can
-        have is answered without a query or an entry. The read runs on a worker thread."""
-        if not BUCKET_RE.match(name):
-            return False, None
-        now = time.monotonic()
-        entry = self._cors.get(name)
-        if entry is None or now - entry[0] > CORS_TTL_S:
-            bucket = await self.run(self.store.get_bucket, name)
-            entry = (now, bucket is not None, bucket.cors if bucket is not None else None)
-            if len(self._cors) >= CORS_CACHE_ENTRIES and name not in self._cors:
-                # many buckets, or a client probing names: keep what is fresh, else start over
-                self._cors = {k: v for k, v in self._cors.items() if now - v[0] <= CORS_TTL_S}
-                if len(self._cors) >= CORS_CACHE_ENTRIES:
-                    self._cors.clear()
-            self._cors[name] = entry
-        return entry[1], entry[2]
+    def lifecycle_of(self, name: str) -> dict[str, Any] | None:
+        """The bucket's lifecycle configuration, for x-amz-expiration (see recent_bucket)."""
+        bucket = self.recent_bucket(name)
+        return bucket.lifecycle if bucket is not None else None
+
+    def cors_of(self, name: str) -> tuple[bool, dict[str, Any] | None]:
+        """(whether bucket `name` exists, its CORS configuration or None), for preflights
+        and requests carrying an Origin (see recent_bucket)."""
+        bucket = self.recent_bucket(name)
+        return bucket is not None, bucket.cors if bucket is not None else None
 
     async def bucket(self, name: str, principal: Principal, fresh: bool = False) -> Bucket:
         """The bucket if it exists and `principal` owns it; S3 errors otherwise.
