@@ -65,7 +65,12 @@ from kafka.protocol.producer import (
 from kafka.protocol.schemas.fields.codecs.types import UUID
 
 from crossbeat.broker.errors import ErrorCode, ProtocolError
-from crossbeat.broker.schemas import ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse
+from crossbeat.broker.schemas import (
+    ConsumerGroupDescribeRequest,
+    ConsumerGroupDescribeResponse,
+    ConsumerGroupHeartbeatRequest,
+    ConsumerGroupHeartbeatResponse,
+)
 
 _HEADER = struct.Struct(">hhi")  # api_key, api_version, correlation_id
 _SIZE = struct.Struct(">i")
@@ -78,8 +83,9 @@ class ApiSpec:
     The ranges stay below each API's first flexible version (KIP-482) except ApiVersions,
     whose v3/v4 every modern client opens with, DeleteGroups v2, ListGroups v3-v5 (v4 has
     the states filter and each group's state, v5 the types filter and type), and what the
-    KIP-848 consumer protocol needs (flexible only): ConsumerGroupHeartbeat, Metadata v9-v13
-    (topic ids, lookup by id), OffsetCommit v8-v9 and OffsetFetch v6-v9 (member epochs).
+    KIP-848 consumer protocol needs (flexible only): ConsumerGroupHeartbeat and
+    ConsumerGroupDescribe, Metadata v9-v13 (topic ids, lookup by id), OffsetCommit v8-v9
+    and OffsetFetch v6-v9 (member epochs).
     kafka-python encodes flexible versions as well as the others; classes it lacks come
     from `crossbeat.broker.schemas`. See `reference/kafka-broker.md`.
     """
@@ -119,6 +125,7 @@ APIS: dict[int, ApiSpec] = {
         _spec(32, DescribeConfigsRequest, DescribeConfigsResponse, 1, 3),
         _spec(42, DeleteGroupsRequest, DeleteGroupsResponse, 0, 2),
         _spec(68, ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse, 0, 1),
+        _spec(69, ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse, 0, 0),
     )
 }
 

@@ -104,6 +104,11 @@ def test_members_split_partitions_and_a_leaver_hands_them_over(fast_broker: Brok
     consumers = [member(address, group, topic_name) for _ in range(3)]
     seen: list[tuple[int, bytes]] = []
     poll_until(consumers, lambda: all(len(parts(c)) == 2 for c in consumers), sink=seen)
+    admin = AdminClient({"bootstrap.servers": address})
+    described = admin.describe_consumer_groups([group])[group].result(20)  # ConsumerGroupDescribe
+    assert (described.type.name, described.partition_assignor) == ("CONSUMER", "uniform")
+    assert sorted(tp.partition for m in described.members
+                  for tp in m.assignment.topic_partitions) == list(range(6))
 
     consumers[1].close()  # leaves: its partitions go to the others once it has let go
     rest = [consumers[0], consumers[2]]
@@ -149,6 +154,22 @@ def test_a_killed_member_loses_its_partitions_after_the_session_timeout(
             doomed.kill()
         if survivor is not None:
             survivor.close()
+
+
+def test_a_regex_subscription_follows_new_topics(fast_broker: BrokerProcess,
+                                                 topic_name: str) -> None:
+    address = fast_broker.address
+    for suffix in ("a", "b"):
+        create_topic(address, f"{topic_name}-{suffix}", 1)
+        produce_all(address, f"{topic_name}-{suffix}", [(None, suffix.encode())])
+    consumer = member(address, f"g-{topic_name}", f"^{topic_name}-.*")
+    try:
+        assert sorted(m.value() for m in consume_n(consumer, 2)) == [b"a", b"b"]
+        create_topic(address, f"{topic_name}-c", 1)  # matched by the broker at a heartbeat
+        produce_all(address, f"{topic_name}-c", [(None, b"c")])
+        assert [m.value() for m in consume_n(consumer, 1)] == [b"c"]
+    finally:
+        consumer.close()
 
 
 def test_classic_and_consumer_groups_coexist(fast_broker: BrokerProcess, topic_name: str) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from crossbeat.broker.handlers import (
     api_versions,
+    consumer_group_describe,
     consumer_group_heartbeat,
     create_topics,
     delete_groups,
@@ -47,6 +48,7 @@ HANDLERS: dict[int, Handler] = {
     32: describe_configs.handle,
     42: delete_groups.handle,
     68: consumer_group_heartbeat.handle,
+    69: consumer_group_describe.handle,
 }
 
 __all__ = ["HANDLERS", "Context", "Handler"]
