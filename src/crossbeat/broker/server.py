@@ -6,6 +6,12 @@ flight) share group commits; responses are written strictly in request order. Ha
 start in arrival order and make their state changes before their first await, so the order
 of effects is the order of requests (a produce's appends are queued in that order).
 
+Memory per connection is bounded: at most `max_in_flight_per_connection` requests and
+`max_in_flight_bytes_per_connection` bytes of them are read ahead of their responses (a
+request is always read when nothing else is in flight, so a frame up to `max_frame_bytes`
+still goes through). Without the byte bound, 64 pipelined frames of 100 MiB, 6.4 GiB, could
+sit decoded on one connection; Kafka reads one request per connection at a time.
+
 Bad input never raises out of here: a frame whose size prefix is not positive or exceeds
 `max_frame_bytes`, a frame that does not decode, or an unknown API key or version is logged
 and the connection is closed after the responses to the requests before it (nothing of the
@@ -63,8 +69,11 @@ class Connection:
         peer = writer.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
         self._host = peer[0] if isinstance(peer, tuple) else ""
-        self._queue: asyncio.Queue[asyncio.Future[Result] | None] = asyncio.Queue()
+        # (response, size of its request) in request order; None ends the writer
+        self._queue: asyncio.Queue[tuple[asyncio.Future[Result], int] | None] = asyncio.Queue()
         self._slots = asyncio.Semaphore(broker.settings.max_in_flight_per_connection)
+        self._bytes_in_flight = 0
+        self._bytes_freed = asyncio.Event()
         self._tasks: dict[asyncio.Future[Result], int] = {}
 
     async def serve(self) -> None:
@@ -110,12 +119,17 @@ class Connection:
                 log.warning("connection %s: frame size %d outside 1..%d; closing",
                             self.peer, size, max_frame)
                 return
+            budget = self._broker.settings.max_in_flight_bytes_per_connection
+            while self._bytes_in_flight and self._bytes_in_flight + size > budget:
+                self._bytes_freed.clear()
+                await self._bytes_freed.wait()
             frame = await reader.readexactly(size)
+            self._bytes_in_flight += size
             try:
                 request = decode_request(frame)
             except UnsupportedVersion as exc:
                 if exc.api_key == API_VERSIONS_KEY:
-                    await self._enqueue_ready(unsupported_api_versions(exc.correlation_id))
+                    await self._enqueue_ready(unsupported_api_versions(exc.correlation_id), size)
                     continue
                 log.warning("connection %s: %s; closing", self.peer, exc)
                 return
@@ -126,13 +140,13 @@ class Connection:
             task = asyncio.ensure_future(self._handle(request))
             self._tasks[task] = request.spec.key
             task.add_done_callback(self._tasks.pop)
-            self._queue.put_nowait(task)
+            self._queue.put_nowait((task, size))
 
-    async def _enqueue_ready(self, data: bytes) -> None:
+    async def _enqueue_ready(self, data: bytes, size: int) -> None:
         await self._slots.acquire()
         fut: asyncio.Future[Result] = asyncio.get_running_loop().create_future()
         fut.set_result(data)
-        self._queue.put_nowait(fut)
+        self._queue.put_nowait((fut, size))
 
     async def _handle(self, request: Request) -> Result:
         ctx = Context(self._broker, request.version, request.client_id, self._host)
@@ -156,8 +170,11 @@ class Connection:
             item = await queue.get()
             if item is None:
                 return
-            result = await item
+            pending, size = item
+            result = await pending
             self._slots.release()
+            self._bytes_in_flight -= size
+            self._bytes_freed.set()
             if isinstance(result, _Close):
                 return
             if result is not None:

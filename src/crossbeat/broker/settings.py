@@ -65,6 +65,11 @@ class BrokerSettings(BaseSettings):
     max_in_flight_per_connection: int = Field(
         64, ge=1, description="requests decoded ahead of their responses on one connection"
     )
+    max_in_flight_bytes_per_connection: int = Field(
+        100 * 1024 * 1024, ge=1024,
+        description="request bytes read ahead of their responses on one connection (one "
+        "request is always read, whatever its size)",
+    )
     group_min_session_timeout_ms: int = Field(
         1000, ge=1, description="shortest session.timeout.ms a JoinGroup may ask for"
     )
