@@ -9,6 +9,7 @@ expire. Kafka counts only from the Empty time when it knows one; counting from t
 of the two also means an offset committed into a long-Empty group lives a full retention
 rather than vanishing at the next check. An Empty group without offsets is then Dead:
 the coordinator forgets it (ListGroups no longer lists it, DescribeGroups says Dead).
+Classic and KIP-848 consumer groups alike.
 """
 
 from __future__ import annotations
@@ -70,7 +71,7 @@ async def expire_offsets(groups: GroupCoordinator, offsets: OffsetStore, retenti
             log.info("group %s: %d committed offset(s) expired", group_id,
                      len(result.expired[group_id]))
     committed = set(offsets.groups())
-    for group_id in list(groups.groups):
+    for group_id in [*groups.groups, *groups.consumer.groups]:  # both kinds of group
         if (group_id not in committed and not offsets.has_pending(group_id)
                 and groups.forget_if_empty(group_id)):
             result.dead.append(group_id)

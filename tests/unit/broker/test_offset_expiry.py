@@ -213,3 +213,34 @@ def test_a_commit_in_flight_is_not_erased_by_expiry(tmp_path: Path) -> None:
         await store.close()
 
     asyncio.run(run())
+
+
+def test_a_consumer_group_keeps_offsets_while_it_has_members(tmp_path: Path) -> None:
+    """The same rule for a KIP-848 consumer group: members (noted durably) keep its offsets;
+    once the last leaves they expire a retention later, and the group is then Dead."""
+    from crossbeat.broker.groups.consumer_coordinator import Heartbeat
+
+    async def run() -> None:
+        store = await OffsetStore.open(tmp_path)
+        c = GroupCoordinator(on_members_change=store.note_members)
+        joined = c.consumer.heartbeat(Heartbeat("g", "m", 0, rebalance_timeout_ms=5000,
+                                                subscribed_names=["t"]), {"t": 1})
+        assert joined.error is ErrorCode.NONE
+        await store.commit("g", [("t", 0, 9, -1, None)])
+        await settle(store)
+        assert store.has_members("g") and not c.is_empty("g")
+        far = now_ms() + 10 * R
+        assert (await expire_offsets(c, store, R, far)).expired == {}
+        assert c.delete("g", has_offsets=True) is ErrorCode.NON_EMPTY_GROUP
+
+        c.consumer.heartbeat(Heartbeat("g", "m", -1), {"t": 1})
+        await settle(store)
+        emptied = store.empty_since("g")
+        assert emptied is not None and c.is_empty("g")
+        assert (await expire_offsets(c, store, R, emptied + R - 1)).expired == {}
+        result = await expire_offsets(c, store, R, emptied + R)
+        assert result.expired == {"g": [("t", 0)]} and result.dead == ["g"]
+        assert "g" not in c.consumer.groups
+        await store.close()
+
+    asyncio.run(run())
