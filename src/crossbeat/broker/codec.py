@@ -45,6 +45,8 @@ from kafka.protocol.consumer import (
     OffsetCommitResponse,
     OffsetFetchRequest,
     OffsetFetchResponse,
+    OffsetForLeaderEpochRequest,
+    OffsetForLeaderEpochResponse,
     SyncGroupRequest,
     SyncGroupResponse,
 )
@@ -85,7 +87,8 @@ class ApiSpec:
     the states filter and each group's state, v5 the types filter and type), and what the
     KIP-848 consumer protocol needs (flexible only): ConsumerGroupHeartbeat and
     ConsumerGroupDescribe, Metadata v9-v13 (topic ids, lookup by id), OffsetCommit v8-v9
-    and OffsetFetch v6-v9 (member epochs).
+    and OffsetFetch v6-v9 (member epochs); and OffsetForLeaderEpoch v4, which clients use
+    once Metadata v9+ makes them trust leader epochs.
     kafka-python encodes flexible versions as well as the others; classes it lacks come
     from `crossbeat.broker.schemas`. See `reference/kafka-broker.md`.
     """
@@ -122,6 +125,7 @@ APIS: dict[int, ApiSpec] = {
         _spec(19, CreateTopicsRequest, CreateTopicsResponse, 2, 4),
         _spec(20, DeleteTopicsRequest, DeleteTopicsResponse, 1, 3),
         _spec(22, InitProducerIdRequest, InitProducerIdResponse, 0, 1),
+        _spec(23, OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse, 2, 4),
         _spec(32, DescribeConfigsRequest, DescribeConfigsResponse, 1, 3),
         _spec(42, DeleteGroupsRequest, DeleteGroupsResponse, 0, 2),
         _spec(68, ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse, 0, 1),

@@ -84,6 +84,12 @@ def stream_name(topic: str, partition: int) -> str:
     return f"{topic}-{partition}"
 
 
+def leader_epoch(stream: Stream) -> int:
+    """A partition's leader epoch: its open range's index, which every batch appended to it
+    carries as partitionLeaderEpoch. (Not the number of ranges: retention drops old ones.)"""
+    return stream.ranges[-1].index
+
+
 def check_topic_name(name: str) -> None:
     """Raise TopicError(INVALID_TOPIC_EXCEPTION) unless `name` is a legal Kafka topic name."""
     if not name or name in (".", "..") or not _LEGAL_NAME.fullmatch(name):

@@ -22,6 +22,7 @@ from crossbeat.broker.handlers import (
     metadata,
     offset_commit,
     offset_fetch,
+    offset_for_leader_epoch,
     produce,
     sync_group,
 )
@@ -45,6 +46,7 @@ HANDLERS: dict[int, Handler] = {
     19: create_topics.handle,
     20: delete_topics.handle,
     22: init_producer_id.handle,
+    23: offset_for_leader_epoch.handle,
     32: describe_configs.handle,
     42: delete_groups.handle,
     68: consumer_group_heartbeat.handle,

@@ -15,6 +15,7 @@ from kafka.record.default_records import DefaultRecordBatch
 
 from crossbeat.broker.errors import ErrorCode
 from crossbeat.broker.handlers.context import Context
+from crossbeat.broker.topics import leader_epoch
 from crossbeat.stream import Stream
 from crossbeat.stream.errors import StreamError
 
@@ -54,7 +55,7 @@ async def handle(ctx: Context, req: Any) -> Any:
             if stream is None:
                 code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             else:
-                epoch = len(stream.ranges) - 1
+                epoch = leader_epoch(stream)
                 try:
                     if p.timestamp == LATEST:
                         offset = stream.end_offset

@@ -16,7 +16,7 @@ from kafka.protocol.metadata import MetadataResponse
 
 from crossbeat.broker.errors import ErrorCode
 from crossbeat.broker.handlers.context import Context
-from crossbeat.broker.topics import Topic, TopicError, check_topic_name
+from crossbeat.broker.topics import Topic, TopicError, check_topic_name, leader_epoch
 
 R = MetadataResponse
 _Broker = R.MetadataResponseBroker
@@ -29,7 +29,7 @@ def topic_entry(topic: Topic, node_id: int) -> Any:
         error_code=0, name=topic.name, topic_id=topic.topic_id, is_internal=False,
         partitions=[
             _Partition(error_code=0, partition_index=i, leader_id=node_id,
-                       leader_epoch=len(stream.ranges) - 1,
+                       leader_epoch=leader_epoch(stream),
                        replica_nodes=[node_id], isr_nodes=[node_id], offline_replicas=[])
             for i, stream in enumerate(topic.partitions)
         ],
