@@ -7,9 +7,10 @@ As in S3:
 - the ETag is unquoted;
 - Checksum carries the stored checksum and its type; a COMPOSITE value is given without
   the `-N` part count that HeadObject shows;
-- ObjectParts is present only for an object made by a multipart upload: its part count and
-  the parts after `x-amz-part-number-marker`, at most `x-amz-max-parts` (default 1000), each
-  with its size and, when the upload had a checksum algorithm, its checksum;
+- ObjectParts is present only for an object made by a multipart upload: its part count and,
+  when the object has an additional checksum, the parts after `x-amz-part-number-marker`, at
+  most `x-amz-max-parts` (default 1000), each with its size and its checksum. Without one
+  (s3cmd's and rclone's uploads, say) S3 gives the part count alone;
 - a delete marker is NoSuchKey (MethodNotAllowed when addressed by versionId) with
   `x-amz-delete-marker`, as for GET.
 """
@@ -96,15 +97,20 @@ def _object_parts(
 ) -> None:
     algorithm = str((meta.get("checksum") or {}).get("algorithm") or "").lower()
     part_checksums = meta.get("partChecksums") or []
+    w.open("ObjectParts").leaf("PartsCount", len(sizes))
+    if not algorithm:
+        # as S3: "if an additional checksum isn't applied to the object … the response
+        # doesn't return the Part element"; it answers <PartsCount> alone
+        w.close()
+        return
     shown = list(enumerate(sizes, start=1))[marker:marker + max_parts]
     truncated = marker + len(shown) < len(sizes)
-    w.open("ObjectParts").leaf("PartsCount", len(sizes))
     w.leaf("PartNumberMarker", marker).leaf("MaxParts", max_parts).leaf("IsTruncated", truncated)
     if shown:
         w.leaf("NextPartNumberMarker", shown[-1][0])
     for number, size in shown:
         w.open("Part").leaf("PartNumber", number).leaf("Size", size)
-        if algorithm and len(part_checksums) == len(sizes):
+        if len(part_checksums) == len(sizes):
             w.checksums({algorithm: part_checksums[number - 1]})
         w.close()
     w.close()

@@ -63,6 +63,20 @@ def test_a_multipart_object_s_parts_and_their_checksums(s3: Any, bucket: str) ->
     assert page["PartNumberMarker"] == 1 and page["MaxParts"] == 1
 
 
+def test_a_multipart_object_without_checksums_gives_its_part_count_only(s3: Any, bucket: str) -> None:
+    # AWS lists parts only for an upload made with an additional checksum; otherwise
+    # ObjectParts is <PartsCount> alone (what s3cmd's and rclone's uploads get)
+    uid = s3.create_multipart_upload(Bucket=bucket, Key="plain")["UploadId"]
+    done = []
+    for i, body in enumerate([os.urandom(5 * MiB), b"tail"], 1):
+        r = s3.upload_part(Bucket=bucket, Key="plain", UploadId=uid, PartNumber=i, Body=body)
+        done.append({"PartNumber": i, "ETag": r["ETag"]})
+    s3.complete_multipart_upload(Bucket=bucket, Key="plain", UploadId=uid, MultipartUpload={"Parts": done})
+    got = s3.get_object_attributes(Bucket=bucket, Key="plain", ObjectAttributes=["ObjectParts", "Checksum"])
+    assert got["ObjectParts"] == {"TotalPartsCount": 2}
+    assert "Checksum" not in got
+
+
 @pytest.mark.parametrize("names", [[], ["Size"], ["ETag", "Owner"]], ids=["none", "unknown", "one-unknown"])
 def test_missing_or_unknown_attribute_names_are_invalid_argument(s3: Any, bucket: str, names: list[str]) -> None:
     s3.put_object(Bucket=bucket, Key="k", Body=b"x")
