@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from kafka.protocol.admin import (
+    AlterConfigsRequest,
+    AlterConfigsResponse,
     CreateTopicsRequest,
     CreateTopicsResponse,
     DeleteGroupsRequest,
@@ -27,6 +29,8 @@ from kafka.protocol.admin import (
     DescribeConfigsResponse,
     DescribeGroupsRequest,
     DescribeGroupsResponse,
+    IncrementalAlterConfigsRequest,
+    IncrementalAlterConfigsResponse,
     ListGroupsRequest,
     ListGroupsResponse,
 )
@@ -88,7 +92,9 @@ class ApiSpec:
     KIP-848 consumer protocol needs (flexible only): ConsumerGroupHeartbeat and
     ConsumerGroupDescribe, Metadata v9-v13 (topic ids, lookup by id), OffsetCommit v8-v9
     and OffsetFetch v6-v9 (member epochs); and OffsetForLeaderEpoch v4, which clients use
-    once Metadata v9+ makes them trust leader epochs.
+    once Metadata v9+ makes them trust leader epochs. The admin APIs added later are
+    answered at every version kafka-python knows (AlterConfigs v0-v2,
+    IncrementalAlterConfigs v0-v1), flexible ones included.
     kafka-python encodes flexible versions as well as the others; classes it lacks come
     from `crossbeat.broker.schemas`. See `reference/kafka-broker.md`.
     """
@@ -127,7 +133,9 @@ APIS: dict[int, ApiSpec] = {
         _spec(22, InitProducerIdRequest, InitProducerIdResponse, 0, 1),
         _spec(23, OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse, 2, 4),
         _spec(32, DescribeConfigsRequest, DescribeConfigsResponse, 1, 3),
+        _spec(33, AlterConfigsRequest, AlterConfigsResponse, 0, 2),
         _spec(42, DeleteGroupsRequest, DeleteGroupsResponse, 0, 2),
+        _spec(44, IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse, 0, 1),
         _spec(68, ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse, 0, 1),
         _spec(69, ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse, 0, 0),
     )

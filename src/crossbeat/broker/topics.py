@@ -7,7 +7,11 @@ table is rebuilt from the store alone on start:
 - `crossbeat.topic`: the topic name,
 - `crossbeat.partition`: this stream's partition index,
 - `crossbeat.partitions`: the topic's partition count (a crash half way through creating a
-  topic is repaired on start by creating the missing partitions).
+  topic or adding partitions is repaired on start by creating the missing partitions).
+
+Partition 0's stream holds the authoritative copy of the Kafka configs: an alter writes it
+first, so a crash part way through an alter is finished on start by copying partition 0's
+configs to the others.
 """
 
 from __future__ import annotations
@@ -141,6 +145,18 @@ def check_configs(configs: dict[str, str]) -> None:
                              f"it needs {package}, which is not installed")
 
 
+def _kafka_configs(config: dict[str, str]) -> dict[str, str]:
+    """A stream config without the bookkeeping keys: the topic's explicit Kafka configs."""
+    return {k: v for k, v in config.items() if k not in _INTERNAL_KEYS}
+
+
+def _write_configs(stream: Stream, configs: dict[str, str]) -> None:
+    """Replace `stream`'s Kafka configs, keeping its bookkeeping keys (blocking, durable)."""
+    config = {k: v for k, v in stream.config.items() if k in _INTERNAL_KEYS}
+    config.update(configs)
+    stream.update_config(config)
+
+
 class Topics:
     """The topic table over one `StreamStore`. Mutations are synchronous (no await inside),
     so request handlers see them atomically on the event loop."""
@@ -167,8 +183,7 @@ class Topics:
             found.setdefault(topic, {})[index] = stream
             counts[topic] = max(counts.get(topic, 0), count)
         for topic, streams in found.items():
-            configs = {k: v for k, v in next(iter(streams.values())).config.items()
-                       if k not in _INTERNAL_KEYS}
+            configs = _kafka_configs(streams[min(streams)].config)
             partitions: list[Stream] = []
             for index in range(counts[topic]):
                 stream = streams.get(index)
@@ -176,6 +191,10 @@ class Topics:
                     log.warning("topic %s lacks partition %d (interrupted create); creating it",
                                 topic, index)
                     stream = self._create_stream(topic, index, counts[topic], configs)
+                elif _kafka_configs(stream.config) != configs:
+                    log.warning("topic %s partition %d has stale configs (interrupted alter); "
+                                "updating it", topic, index)
+                    _write_configs(stream, configs)
                 partitions.append(stream)
             self._topics[topic] = Topic(topic, partitions, configs)
             self._by_collision_key.setdefault(collision_key(topic), topic)
@@ -238,6 +257,25 @@ class Topics:
         self._by_collision_key[collision_key(name)] = name
         log.info("created topic %s with %d partition(s)", name, num_partitions)
         return topic
+
+    def alter_configs(self, name: str, configs: dict[str, str], *,
+                      validate_only: bool = False) -> None:
+        """Replace topic `name`'s explicit configs by `configs` (checked as on create);
+        raises TopicError (unknown topic, bad config). Persisted before returning; takes
+        effect on the next produce (size, codec, timestamp type, min ISR) and the next
+        retention pass or segment roll (retention and segment limits)."""
+        topic = self._topics.get(name)
+        if topic is None:
+            raise TopicError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                             f"The topic '{name}' does not exist.")
+        configs = dict(configs)
+        check_configs(configs)
+        if validate_only or configs == topic.configs:
+            return
+        for stream in topic.partitions:  # partition 0 first: it is the copy _load trusts
+            _write_configs(stream, configs)
+        topic.configs = configs
+        log.info("altered configs of topic %s: %s", name, configs)
 
     def delete(self, name: str) -> None:
         """Delete topic `name` and its data; raises TopicError(UNKNOWN_TOPIC_OR_PARTITION)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from crossbeat.broker.handlers import (
+    alter_configs,
     api_versions,
     consumer_group_describe,
     consumer_group_heartbeat,
@@ -14,6 +15,7 @@ from crossbeat.broker.handlers import (
     fetch,
     find_coordinator,
     heartbeat,
+    incremental_alter_configs,
     init_producer_id,
     join_group,
     leave_group,
@@ -48,7 +50,9 @@ HANDLERS: dict[int, Handler] = {
     22: init_producer_id.handle,
     23: offset_for_leader_epoch.handle,
     32: describe_configs.handle,
+    33: alter_configs.handle,
     42: delete_groups.handle,
+    44: incremental_alter_configs.handle,
     68: consumer_group_heartbeat.handle,
     69: consumer_group_describe.handle,
 }
