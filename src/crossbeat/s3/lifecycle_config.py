@@ -439,3 +439,27 @@ def expiration_header(config: Config | None, meta: dict[str, Any], day_seconds: 
         return None
     when, rule_id = found
     return f'expiry-date="{formatdate(when, usegmt=True)}", rule-id="{quote(rule_id, safe="")}"'
+
+
+def abort_headers(config: Config | None, key: str, initiated: str, day_seconds: float) -> dict[str, str]:
+    """x-amz-abort-date and x-amz-abort-rule-id for a multipart upload of `key` initiated at
+    `initiated` (CreateMultipartUpload and ListParts answers, as S3 sends them): the moment
+    the earliest matching enabled AbortIncompleteMultipartUpload rule makes the upload
+    eligible for abort (what the lifecycle pass acts on) and that rule's id; {} when no rule
+    selects the upload."""
+    best: tuple[float, str] | None = None
+    for rule in (config or {}).get("rules", []):
+        if rule.get("abortDays") is None or not rule_matches(rule, key, None, None):
+            continue
+        when = days_after(epoch(initiated), rule["abortDays"], day_seconds)
+        if best is None or when < best[0]:
+            best = (when, rule["id"])
+    if best is None:
+        return {}
+    when, rule_id = best
+    # a rule id may hold any character; a header value only printable ASCII
+    printable = rule_id.isascii() and rule_id.isprintable()
+    return {
+        "x-amz-abort-date": formatdate(when, usegmt=True),
+        "x-amz-abort-rule-id": rule_id if printable else quote(rule_id, safe=""),
+    }

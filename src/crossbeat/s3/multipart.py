@@ -17,6 +17,7 @@ from crossbeat.s3.auth import Principal
 from crossbeat.s3.datapath import read_document, write_body
 from crossbeat.s3.errors import S3Error
 from crossbeat.s3.http import Request, Response, xml_response
+from crossbeat.s3.lifecycle_config import abort_headers
 from crossbeat.s3.objectmeta import (
     iso_now,
     quoted,
@@ -64,7 +65,7 @@ async def create_upload(gw: Gateway, req: Request, p: Principal, ctx: Any) -> Re
         },
     }
     await gw.run(gw.store.create_upload, upload)
-    headers = {}
+    headers = _abort_headers(gw, upload)
     if algorithm:
         headers["x-amz-checksum-algorithm"] = algorithm.upper()
     return xml_response(xmldoc.initiate_upload_xml(req.bucket, req.key, upload_id), headers=headers)
@@ -252,10 +253,20 @@ async def abort_upload(gw: Gateway, req: Request, p: Principal) -> Response:
     return Response(status=204)
 
 
+def _abort_headers(gw: Gateway, upload: dict[str, Any]) -> dict[str, str]:
+    """x-amz-abort-date/-rule-id when an abort rule of the bucket selects `upload` (see
+    lifecycle_config.abort_headers); rules from the per-process cache, as x-amz-expiration."""
+    config = gw.lifecycle_of(upload["bucket"])
+    if not config:
+        return {}
+    return abort_headers(config, upload["key"], upload["initiated"], gw.settings.lifecycle_day_seconds)
+
+
 async def list_parts(gw: Gateway, req: Request, p: Principal) -> Response:
     await gw.bucket(req.bucket, p)
     upload = await _upload(gw, req)
-    return xml_response(await gw.run(listing.list_parts, gw.store, upload, req.query))
+    body = await gw.run(listing.list_parts, gw.store, upload, req.query)
+    return xml_response(body, headers=_abort_headers(gw, upload))
 
 
 async def list_uploads(gw: Gateway, req: Request, p: Principal) -> Response:

@@ -121,8 +121,10 @@ def test_aws_cli_lifecycle_round_trip_expiration_header_and_abort(aws: Callable[
     assert "Expiration" not in aws("s3api", "head-object", "--bucket", "cli-lifecycle", "--key", "other.txt")
 
     # the abort rule acts: an upload under uploads/ goes, one elsewhere stays
-    aws("s3api", "create-multipart-upload", "--bucket", "cli-lifecycle", "--key", "uploads/pending")
-    aws("s3api", "create-multipart-upload", "--bucket", "cli-lifecycle", "--key", "kept/pending")
+    created = aws("s3api", "create-multipart-upload", "--bucket", "cli-lifecycle", "--key", "uploads/pending")
+    assert created["AbortRuleId"] == "abort" and "AbortDate" in created  # x-amz-abort-*, parsed
+    assert "AbortDate" not in aws("s3api", "create-multipart-upload", "--bucket", "cli-lifecycle",
+                                  "--key", "kept/pending")
 
     def pending() -> list[str]:
         listing = aws("s3api", "list-multipart-uploads", "--bucket", "cli-lifecycle")

@@ -173,3 +173,27 @@ def test_x_amz_expiration_follows_a_configuration_change_in_every_worker(s3: Any
     while any("Expiration" in s3.head_object(Bucket=bucket, Key="logs/a") for _ in range(8)):
         assert time.monotonic() < deadline, "x-amz-expiration still sent 10 s after the rules went"
         time.sleep(0.1)
+
+
+def test_an_abort_rule_is_announced_on_create_multipart_upload_and_list_parts(s3: Any, bucket: str) -> None:
+    """x-amz-abort-date (the midnight after initiation + DaysAfterInitiation) and
+    x-amz-abort-rule-id, as S3 sends them, for an upload an abort rule selects."""
+    s3.put_bucket_lifecycle_configuration(Bucket=bucket, LifecycleConfiguration={"Rules": [
+        {"ID": "abort-late", "Status": "Enabled", "Filter": {"Prefix": "up/"},
+         "AbortIncompleteMultipartUpload": {"DaysAfterInitiation": 7}},
+        {"ID": "abort-soon", "Status": "Enabled", "Filter": {"Prefix": "up/soon"},
+         "AbortIncompleteMultipartUpload": {"DaysAfterInitiation": 2}},
+    ]})
+    deadline = time.monotonic() + 10  # every worker reads the rules within a second
+    while "AbortDate" not in (created := s3.create_multipart_upload(Bucket=bucket, Key="up/soon/a")):
+        assert time.monotonic() < deadline, "no x-amz-abort-date 10 s after the rule was set"
+        time.sleep(0.1)
+    [upload] = [u for u in s3.list_multipart_uploads(Bucket=bucket)["Uploads"] if u["UploadId"] == created["UploadId"]]
+    assert created["AbortDate"] == _midnight_after(upload["Initiated"], 2)  # the earliest rule
+    assert created["AbortRuleId"] == "abort-soon"
+    parts = s3.list_parts(Bucket=bucket, Key="up/soon/a", UploadId=created["UploadId"])
+    assert (parts["AbortDate"], parts["AbortRuleId"]) == (created["AbortDate"], "abort-soon")
+    # no rule selects this one
+    other = s3.create_multipart_upload(Bucket=bucket, Key="elsewhere")
+    assert "AbortDate" not in other and "AbortRuleId" not in other
+    assert "AbortDate" not in s3.list_parts(Bucket=bucket, Key="elsewhere", UploadId=other["UploadId"])

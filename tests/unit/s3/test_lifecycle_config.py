@@ -9,6 +9,7 @@ import pytest
 
 from crossbeat.s3.errors import S3Error
 from crossbeat.s3.lifecycle_config import (
+    abort_headers,
     current_expiry,
     days_after,
     epoch,
@@ -270,3 +271,20 @@ def test_the_expiration_header_names_the_earliest_rule_for_current_versions_only
     assert expiration_header(config, {**meta, "isLatest": False}, DAY) is None
     assert expiration_header(config, {**meta, "isDeleteMarker": True}, DAY) is None
     assert expiration_header(None, meta, DAY) is None
+
+
+def test_abort_headers_name_the_earliest_matching_enabled_abort_rule() -> None:
+    abort = "<AbortIncompleteMultipartUpload><DaysAfterInitiation>{}</DaysAfterInitiation></AbortIncompleteMultipartUpload>"
+    config = parse_lifecycle(doc(
+        rule(abort.format(7), rule_id="late", flt="<Filter><Prefix>up/</Prefix></Filter>"),
+        rule(abort.format(1), rule_id="off", status="Disabled"),
+        rule(abort.format(2), rule_id="règle 2", flt="<Filter><Prefix>up/soon</Prefix></Filter>"),
+    ))
+    initiated = "2026-03-01T10:00:00.000Z"
+    assert abort_headers(config, "up/a", initiated, DAY) == {
+        "x-amz-abort-date": "Mon, 09 Mar 2026 00:00:00 GMT", "x-amz-abort-rule-id": "late"}
+    # the earlier rule wins; an id a header cannot carry as is goes URL-encoded
+    assert abort_headers(config, "up/soon", initiated, DAY) == {
+        "x-amz-abort-date": "Wed, 04 Mar 2026 00:00:00 GMT", "x-amz-abort-rule-id": "r%C3%A8gle%202"}
+    assert abort_headers(config, "elsewhere", initiated, DAY) == {}
+    assert abort_headers(None, "up/a", initiated, DAY) == {}
