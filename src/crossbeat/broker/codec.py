@@ -19,6 +19,8 @@ from typing import Any
 from kafka.protocol.admin import (
     AlterConfigsRequest,
     AlterConfigsResponse,
+    CreatePartitionsRequest,
+    CreatePartitionsResponse,
     CreateTopicsRequest,
     CreateTopicsResponse,
     DeleteGroupsRequest,
@@ -94,7 +96,7 @@ class ApiSpec:
     and OffsetFetch v6-v9 (member epochs); and OffsetForLeaderEpoch v4, which clients use
     once Metadata v9+ makes them trust leader epochs. The admin APIs added later are
     answered at every version kafka-python knows (AlterConfigs v0-v2,
-    IncrementalAlterConfigs v0-v1), flexible ones included.
+    IncrementalAlterConfigs v0-v1, CreatePartitions v0-v3), flexible ones included.
     kafka-python encodes flexible versions as well as the others; classes it lacks come
     from `crossbeat.broker.schemas`. See `reference/kafka-broker.md`.
     """
@@ -134,6 +136,7 @@ APIS: dict[int, ApiSpec] = {
         _spec(23, OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse, 2, 4),
         _spec(32, DescribeConfigsRequest, DescribeConfigsResponse, 1, 3),
         _spec(33, AlterConfigsRequest, AlterConfigsResponse, 0, 2),
+        _spec(37, CreatePartitionsRequest, CreatePartitionsResponse, 0, 3),
         _spec(42, DeleteGroupsRequest, DeleteGroupsResponse, 0, 2),
         _spec(44, IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse, 0, 1),
         _spec(68, ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse, 0, 1),

@@ -258,6 +258,34 @@ class Topics:
         log.info("created topic %s with %d partition(s)", name, num_partitions)
         return topic
 
+    def add_partitions(self, name: str, count: int, *, validate_only: bool = False) -> None:
+        """Grow topic `name` to `count` partitions (new ones empty, with the topic's
+        configs); raises TopicError: UNKNOWN_TOPIC_OR_PARTITION, or INVALID_PARTITIONS with
+        Kafka's controller's message for a count that is not an increase (or above
+        MAX_PARTITIONS). Each new stream records `count`, so a crash part way is finished
+        on start. Readers see the new partitions at once (Metadata, Produce, Fetch)."""
+        topic = self._topics.get(name)
+        if topic is None:
+            raise TopicError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                             f"The topic '{name}' does not exist.")
+        current = len(topic.partitions)
+        if count < current:
+            raise TopicError(ErrorCode.INVALID_PARTITIONS,
+                             f"The topic {name} currently has {current} partition(s); {count} "
+                             "would not be an increase.")
+        if count == current:
+            raise TopicError(ErrorCode.INVALID_PARTITIONS,
+                             f"Topic already has {current} partition(s).")
+        if count > MAX_PARTITIONS:
+            raise TopicError(ErrorCode.INVALID_PARTITIONS,
+                             f"number of partitions must be 1-{MAX_PARTITIONS}, not {count}")
+        if validate_only:
+            return
+        for index in range(current, count):
+            # appended one by one: a failure leaves the topic consistent with its streams
+            topic.partitions.append(self._create_stream(name, index, count, topic.configs))
+        log.info("topic %s grew from %d to %d partitions", name, current, count)
+
     def alter_configs(self, name: str, configs: dict[str, str], *,
                       validate_only: bool = False) -> None:
         """Replace topic `name`'s explicit configs by `configs` (checked as on create);
