@@ -503,7 +503,8 @@ def list_parts(
     truncated = len(parts) > max_parts
     parts = parts[:max_parts]
     meta = upload.get("meta") or {}
-    owner_id = meta.get("owner") or (owner[0] if owner else "")
+    # uploads made before their meta carried the initiator have it at the top level
+    owner_id = meta.get("owner") or upload.get("owner") or (owner[0] if owner else "")
     owner_name = meta.get("ownerDisplayName") or (owner[1] if owner else owner_id)
     return list_parts_xml(
         bucket=upload["bucket"],

@@ -62,6 +62,9 @@ async def create_upload(gw: Gateway, req: Request, p: Principal, ctx: Any) -> Re
             "tags": xmldoc.parse_tagging_header(req.headers.get("x-amz-tagging")),
             "checksumAlgorithm": algorithm.upper() if algorithm else None,
             "checksumType": (req.headers.get("x-amz-checksum-type") or "").upper() or None,
+            # the Initiator and Owner of ListParts and ListMultipartUploads
+            "owner": p.access_key,
+            "ownerDisplayName": p.display_name,
         },
     }
     await gw.run(gw.store.create_upload, upload)

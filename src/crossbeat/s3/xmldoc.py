@@ -485,8 +485,9 @@ def list_uploads_xml(
     for upload in uploads:
         meta = upload.get("meta") or {}
         w.open("Upload").leaf("Key", enc(upload["key"])).leaf("UploadId", upload["uploadId"])
-        uid = meta.get("owner") or owner_id
-        uname = meta.get("ownerDisplayName") or owner_name
+        # uploads made before their meta carried the initiator have it at the top level
+        uid = meta.get("owner") or upload.get("owner") or owner_id
+        uname = meta.get("ownerDisplayName") or owner_name or uid
         w.owner(uid, uname, "Initiator").owner(uid, uname)
         w.leaf("StorageClass", storage_class(meta))
         w.leaf("Initiated", iso8601(upload.get("initiated", 0)))

@@ -9,6 +9,8 @@ import botocore.exceptions
 import pytest
 from boto3.s3.transfer import TransferConfig
 
+from tests.support.gateway import USER_AK
+
 pytestmark = pytest.mark.integration
 MiB = 1024 * 1024
 
@@ -148,3 +150,14 @@ def test_upload_part_copy_takes_only_a_range_inside_the_source(
                              CopySource={"Bucket": bucket, "Key": "src10"}, CopySourceRange="bytes=9-9")
     assert [p["Size"] for p in s3.list_parts(Bucket=bucket, Key="dst", UploadId=uid)["Parts"]] == [1]
     assert ok["CopyPartResult"]["ETag"]
+
+
+def test_uploads_and_parts_name_their_initiator(alice: Any, bucket: str) -> None:
+    name = bucket + "-alice"
+    alice.create_bucket(Bucket=name)
+    uid = alice.create_multipart_upload(Bucket=name, Key="k")["UploadId"]
+    alice_id = {"ID": USER_AK, "DisplayName": "alice"}
+    listed = alice.list_multipart_uploads(Bucket=name)["Uploads"][0]
+    assert (listed["Initiator"], listed["Owner"]) == (alice_id, alice_id)
+    parts = alice.list_parts(Bucket=name, Key="k", UploadId=uid)
+    assert (parts["Initiator"], parts["Owner"]) == (alice_id, alice_id)
