@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import replace
@@ -49,6 +50,9 @@ from crossbeat.spark.worker_heap import freeze_heap
 log = logging.getLogger(__name__)
 COUNT_SCHEMA = "n long"
 PIPELINES = ("replication", "replication-status")
+# the longest wait before restarting a failed query, and how long a restarted one must run
+# before its next failure counts as a first one again
+MAX_RESTART_DELAY_S = 60.0
 
 # Per Python worker (workers are reused across batches): clients keyed by pipeline run.
 _WORKER_CACHE: dict[tuple[str, str], Any] = {}
@@ -197,28 +201,45 @@ def run_pipelines(
     """Run the pipelines until `stop` is set, restarting a query that fails.
 
     A query fails when a batch cannot finish (broker or source gateway unreachable past
-    the retry bounds); restarting it replays that batch from the checkpoint, which the
-    idempotent processors allow. Queries are stopped gracefully when `stop` is set.
+    the retry bounds, data lost under failOnDataLoss); restarting it replays that batch
+    from the checkpoint, which the idempotent processors allow. A query that fails again
+    soon after its restart is restarted after a doubling delay (`restart_delay`), so that a
+    failure that persists costs a restart a minute, not one every few seconds. Queries are
+    stopped gracefully when `stop` is set.
     """
     warm_workers(spark)
     queries = start_pipelines(spark, names, ps, rs)
     if on_ready is not None:
         on_ready([q.name for q in queries])
     reported: dict[str, int] = {}
+    failures: dict[str, int] = {}  # failures in a row, by query
+    started: dict[str, float] = {q.name: time.monotonic() for q in queries}
     try:
         while not stop.wait(1.0):
             for i, q in enumerate(queries):
                 if q.isActive:
                     _report(q, reported)
+                    if time.monotonic() - started[q.name] > MAX_RESTART_DELAY_S:
+                        failures.pop(q.name, None)  # it has run a while: a new failure is new
                     continue
-                log.error("query %s stopped (%s); restarting", q.name, q.exception())
-                if stop.wait(restart_delay_s):
+                failures[q.name] = failures.get(q.name, 0) + 1
+                delay = restart_delay(failures[q.name], restart_delay_s)
+                log.error("query %s stopped (%s); restarting in %.0f s (failure %d in a row)",
+                          q.name, q.exception(), delay, failures[q.name])
+                if stop.wait(delay):
                     return
                 queries[i] = _restart(spark, q.name, ps, rs)
+                started[q.name] = time.monotonic()
     finally:
         for q in queries:
             if q.isActive:
                 q.stop()
+
+
+def restart_delay(failures: int, base: float, cap: float = MAX_RESTART_DELAY_S) -> float:
+    """Seconds before restarting a query that failed `failures` (≥ 1) times in a row:
+    `base`, doubling with each failure, at most `cap`."""
+    return min(cap, base * 2 ** min(failures - 1, 30))
 
 
 def _warm(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
