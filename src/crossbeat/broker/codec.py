@@ -25,6 +25,8 @@ from kafka.protocol.admin import (
     CreateTopicsResponse,
     DeleteGroupsRequest,
     DeleteGroupsResponse,
+    DeleteRecordsRequest,
+    DeleteRecordsResponse,
     DeleteTopicsRequest,
     DeleteTopicsResponse,
     DescribeConfigsRequest,
@@ -96,7 +98,8 @@ class ApiSpec:
     and OffsetFetch v6-v9 (member epochs); and OffsetForLeaderEpoch v4, which clients use
     once Metadata v9+ makes them trust leader epochs. The admin APIs added later are
     answered at every version kafka-python knows (AlterConfigs v0-v2,
-    IncrementalAlterConfigs v0-v1, CreatePartitions v0-v3), flexible ones included.
+    IncrementalAlterConfigs v0-v1, CreatePartitions v0-v3, DeleteRecords v0-v2), flexible
+    ones included.
     kafka-python encodes flexible versions as well as the others; classes it lacks come
     from `crossbeat.broker.schemas`. See `reference/kafka-broker.md`.
     """
@@ -132,6 +135,7 @@ APIS: dict[int, ApiSpec] = {
         _spec(18, ApiVersionsRequest, ApiVersionsResponse, 0, 4),
         _spec(19, CreateTopicsRequest, CreateTopicsResponse, 2, 4),
         _spec(20, DeleteTopicsRequest, DeleteTopicsResponse, 1, 3),
+        _spec(21, DeleteRecordsRequest, DeleteRecordsResponse, 0, 2),
         _spec(22, InitProducerIdRequest, InitProducerIdResponse, 0, 1),
         _spec(23, OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse, 2, 4),
         _spec(32, DescribeConfigsRequest, DescribeConfigsResponse, 1, 3),

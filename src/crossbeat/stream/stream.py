@@ -378,6 +378,39 @@ class Stream:
                     count = sum(1 for r, _ in doomed if r is replica)
                     replica.drop_first_segments(count)
 
+    async def delete_before(self, offset: int) -> int:
+        """Advance the log start offset to `offset` (Kafka's DeleteRecords) and return the
+        start offset after the call.
+
+        An `offset` at or below the current start changes nothing; one above end_offset
+        (the high watermark) raises OffsetOutOfRange. The new start is persisted before
+        returning, so it survives a crash; it may fall inside a batch (a read from it
+        returns that whole batch, as Kafka does). Storage is reclaimed as retention
+        reclaims it: sealed ranges and segments wholly below the new start are deleted
+        now, never the open range's active segment.
+        """
+        async with self._lock:
+            self._check_readable()
+            start, end = self.start_offset, self._hw
+            if offset > end:
+                raise OffsetOutOfRange(
+                    f"cannot move the start of stream {self.name!r} to {offset}, past its "
+                    f"high watermark {end}",
+                    start_offset=start,
+                    end_offset=end,
+                )
+            if offset <= start:
+                return start
+            dropped = {r.index for r in self._store._placement.advance_start(self.name, offset)}
+            for replica in list(self._replicas):
+                if replica.index in dropped:
+                    replica.delete()
+                    self._replicas.remove(replica)
+                else:
+                    below = sum(1 for seg in replica.segments if seg.next_offset <= offset)
+                    replica.drop_first_segments(below)
+            return self.start_offset
+
     # ---- teardown ----------------------------------------------------------------------
     def _mark_gone(self, error: StreamError) -> None:
         self._gone = error

@@ -1,0 +1,51 @@
+"""DeleteRecords (21): move partitions' log start offsets (low watermarks) forward.
+
+Offset -1 means the high watermark. An offset past the high watermark, or another negative
+one, is OFFSET_OUT_OF_RANGE; one below the current start changes nothing. Each partition
+answers its low watermark afterwards (-1 on error). The new start is durable before the
+answer, Fetch below it answers OFFSET_OUT_OF_RANGE and ListOffsets earliest returns it;
+whole segments below it are deleted at once (`Stream.delete_before`). The single replica
+is always in sync, so the request's timeout is never waited on.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kafka.protocol.admin import DeleteRecordsResponse
+
+from crossbeat.broker.errors import ErrorCode
+from crossbeat.broker.handlers.context import Context
+from crossbeat.stream.errors import OffsetOutOfRange, StreamError
+
+_Topic = DeleteRecordsResponse.DeleteRecordsTopicResult
+_Partition = _Topic.DeleteRecordsPartitionResult
+HIGH_WATERMARK = -1
+
+
+async def handle(ctx: Context, req: Any) -> Any:
+    topics = ctx.broker.topics
+    out = []
+    for t in req.topics:
+        parts = []
+        for p in t.partitions:
+            stream = topics.partition(t.name, p.partition_index)
+            code, low = ErrorCode.NONE, -1
+            if stream is None:
+                code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            else:
+                offset = stream.end_offset if p.offset == HIGH_WATERMARK else p.offset
+                try:
+                    if offset < 0:
+                        raise OffsetOutOfRange(f"offset {offset} is not valid",
+                                               start_offset=stream.start_offset,
+                                               end_offset=stream.end_offset)
+                    low = await stream.delete_before(offset)
+                except OffsetOutOfRange:
+                    code = ErrorCode.OFFSET_OUT_OF_RANGE
+                except StreamError:  # deleted meanwhile, or the store failed
+                    code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            parts.append(_Partition(partition_index=p.partition_index, low_watermark=low,
+                                    error_code=int(code)))
+        out.append(_Topic(name=t.name, partitions=parts))
+    return DeleteRecordsResponse(throttle_time_ms=0, topics=out)
