@@ -9,17 +9,9 @@ Contract, as AWS S3 answers (observed behaviour where it differs from AWS's docu
   may take at most 20,480 bytes (MaxPostPreDataLengthExceeded); no file part is
   InvalidArgument. A field given twice is InvalidArgument (which one the policy checked
   would be ambiguous).
-- Authentication is the form's: SigV4 (`x-amz-algorithm`, `x-amz-credential`, `x-amz-date`,
-  `x-amz-signature` = hex HMAC-SHA256 of the base64 `policy` under the credential's signing
-  key) or SigV2 (`AWSAccessKeyId`, `signature` = base64 HMAC-SHA1 of the policy). The
-  signature is checked over the policy text as sent, before it is decoded. A form with none
-  of these fields is anonymous, and no bucket here accepts anonymous writes (AccessDenied);
-  the credential's user must own the bucket, as for PutObject.
-- The policy (base64 JSON `{"expiration", "conditions"}`) must not have expired and every
-  condition must hold (AccessDenied "Invalid according to Policy: ..."); a malformed one is
-  InvalidPolicyDocument. Every field but `file`, `policy`, the signature fields and `x-ignore-*`
-  must be named by a condition ("Extra input fields"). A condition on a field the form lacks
-  fails, as on S3. `content-length-range` bounds the file (EntityTooSmall/EntityTooLarge).
+- Authentication and the policy are the form's (see postpolicy.py): the signature over the
+  policy, its expiration, its conditions, every field covered; the credential's user must
+  own the bucket, as for PutObject.
 - The object is written exactly as PutObject writes it (objects.version_builder,
   datapath.write_stream): metadata, versioning, replication info, journal entry, data fsynced
   before the answer. The file streams into the repository a megabyte at a time. A refused
@@ -34,15 +26,9 @@ Contract, as AWS S3 answers (observed behaviour where it differs from AWS's docu
 
 from __future__ import annotations
 
-import base64
-import binascii
-import hashlib
-import hmac
-import json
-import re
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 from urllib.parse import quote, urlencode, urlsplit
 
 from python_multipart.exceptions import FormParserError
@@ -50,12 +36,7 @@ from python_multipart.multipart import MultipartParser, parse_options_header
 
 from crossbeat.s3 import xmldoc
 from crossbeat.s3.auth import (
-    ALGORITHM_V4,
     AuthContext,
-    Principal,
-    hmac_sha256,
-    parse_credential,
-    signing_key,
 )
 from crossbeat.s3.body import BodyDecoder
 from crossbeat.s3.datapath import write_stream
@@ -68,23 +49,13 @@ from crossbeat.s3.objects import (
     version_committer,
     write_headers,
 )
+from crossbeat.s3.postpolicy import authenticate_form, check_policy, field_value, missing_field
 
 if TYPE_CHECKING:
     from crossbeat.s3.gateway import Gateway
 
 MAX_PRE_DATA = 20480  # AWS's limit on the form before the file part
 MAX_KEY_BYTES = 1024
-# Fields no policy condition needs to name (AWS's list); `x-ignore-*` too
-_EXEMPT = frozenset({"file", "policy", "x-amz-signature", "signature", "awsaccesskeyid"})
-_IGNORED_PREFIX = "x-ignore-"
-# SigV4 fields in the order AWS reports a missing one, with the spelling it uses
-_V4_FIELDS = (
-    ("x-amz-algorithm", "X-Amz-Algorithm"),
-    ("x-amz-credential", "X-Amz-Credential"),
-    ("x-amz-date", "X-Amz-Date"),
-    ("x-amz-signature", "X-Amz-Signature"),
-)
-_V2_FIELDS = (("awsaccesskeyid", "AWSAccessKeyId"), ("signature", "Signature"))
 # Form fields that become the object's headers under the same name
 _HEADER_FIELDS = frozenset({
     "cache-control", "content-disposition", "content-encoding", "content-language",
@@ -92,7 +63,6 @@ _HEADER_FIELDS = frozenset({
 })  # fmt: skip
 # Prefixes of form fields passed on as headers so that PutObject's refusals apply to them
 _REFUSED_PREFIXES = ("x-amz-server-side-encryption", "x-amz-object-lock-", "x-amz-grant-")
-_EXPIRATION = re.compile(r"(\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)(?:\.(\d{1,9}))?Z\Z")
 # the body decoder only hashes and checks a POST's file: the form carries the auth
 _FORM_CONTEXT = AuthContext(None, "none", None, None, None, None, None, auth_type="post-form")
 
@@ -223,199 +193,13 @@ def _boundary(content_type: str | None) -> bytes:
     return boundary
 
 
-def _missing(name: str) -> S3Error:
-    return S3Error(
-        "InvalidArgument",
-        f"Bucket POST must contain a field named '{name}'.  If it is specified, please check the order of the fields.",
-        extra={"ArgumentName": name, "ArgumentValue": ""},
-    )
-
-
-def _value(fields: dict[str, tuple[str, str]], name: str) -> str | None:
-    entry = fields.get(name)
-    return None if entry is None else entry[1]
-
-
-def authenticate_form(gw: Gateway, fields: dict[str, tuple[str, str]]) -> tuple[Principal, str]:
-    """Who signed the form, and its base64 policy (checked against the signature, not yet
-    decoded). InvalidArgument for a missing or malformed signing field, InvalidAccessKeyId,
-    SignatureDoesNotMatch; AccessDenied for an unsigned (anonymous) form."""
-    v4 = any(name in fields for name, _ in _V4_FIELDS)
-    v2 = any(name in fields for name, _ in _V2_FIELDS)
-    if not v4 and not v2:
-        raise S3Error("AccessDenied", "Access Denied")
-    for name, spelled in _V4_FIELDS if v4 else _V2_FIELDS:
-        if name not in fields:
-            raise _missing(spelled)
-    policy = _value(fields, "policy")
-    if policy is None:
-        raise _missing("Policy")
-    if v4:
-        algorithm = _value(fields, "x-amz-algorithm")
-        if algorithm != ALGORITHM_V4:
-            raise S3Error("InvalidArgument", f'X-Amz-Algorithm only supports "{ALGORITHM_V4}"',
-                          extra={"ArgumentName": "X-Amz-Algorithm", "ArgumentValue": algorithm or ""})
-        credential = _value(fields, "x-amz-credential") or ""
-        access_key, date, region = parse_credential(credential, "InvalidArgument")
-        amz_date = _value(fields, "x-amz-date") or ""
-        if not re.fullmatch(r"\d{8}T\d{6}Z", amz_date):
-            raise S3Error("InvalidArgument", "X-Amz-Date must be formated via ISO8601 Long format",
-                          extra={"ArgumentName": "X-Amz-Date", "ArgumentValue": amz_date})
-        principal = _principal(gw, access_key)
-        given = (_value(fields, "x-amz-signature") or "").strip().lower()
-        expected = hmac_sha256(signing_key(principal.secret_key, date, region), policy.encode("utf-8")).hex()
-    else:
-        access_key = _value(fields, "awsaccesskeyid") or ""
-        principal = _principal(gw, access_key)
-        given = (_value(fields, "signature") or "").strip()
-        mac = hmac.new(principal.secret_key.encode("utf-8"), policy.encode("utf-8"), hashlib.sha1)
-        expected = base64.b64encode(mac.digest()).decode("ascii")
-    if not hmac.compare_digest(expected.encode("ascii"), given.encode("utf-8", "replace")):
-        raise S3Error("SignatureDoesNotMatch", extra={
-            "AWSAccessKeyId": access_key,
-            "StringToSign": policy,
-            "SignatureProvided": given,
-            "StringToSignBytes": " ".join(f"{b:02x}" for b in policy.encode("utf-8")),
-        })  # fmt: skip
-    return principal, policy
-
-
-def _principal(gw: Gateway, access_key: str) -> Principal:
-    principal = gw.principals.get(access_key)
-    if principal is None:
-        raise S3Error("InvalidAccessKeyId", extra={"AWSAccessKeyId": access_key})
-    return principal
-
-
-def _invalid_policy(detail: str) -> S3Error:
-    return S3Error("InvalidPolicyDocument", f"Invalid Policy: {detail}")
-
-
-def _denied(detail: str) -> S3Error:
-    return S3Error("AccessDenied", f"Invalid according to Policy: {detail}")
-
-
-def check_policy(
-    policy_b64: str, fields: dict[str, tuple[str, str]], bucket: str, key: str, now: datetime
-) -> tuple[int, int | None]:
-    """Check a signed policy against the form; returns the file's (min, max) size bounds
-    (content-length-range, inclusive). InvalidPolicyDocument when it cannot be read;
-    AccessDenied when it expired, a condition fails or a field is not covered.
-    `key` is the key after `${filename}` substitution, `bucket` the one posted to."""
-    try:
-        doc = json.loads(base64.b64decode(policy_b64, validate=True))
-    except (binascii.Error, ValueError):
-        raise _invalid_policy("Invalid JSON.") from None
-    if not isinstance(doc, dict):
-        raise _invalid_policy("Invalid JSON.")
-    for name in doc:
-        if name not in ("expiration", "conditions"):
-            raise _invalid_policy(f"Unexpected: '{str(name).lower()}'")
-    if "expiration" not in doc:
-        raise _invalid_policy("Policy missing expiration.")
-    if "conditions" not in doc:
-        raise _invalid_policy("Policy missing conditions.")
-    expiration = doc["expiration"]
-    match = _EXPIRATION.match(expiration) if isinstance(expiration, str) else None
-    try:
-        if match is None:
-            raise ValueError
-        year, month, day, hour, minute, second = (int(g) for g in match.groups()[:6])
-        fraction = int((match.group(7) or "0").ljust(6, "0")[:6])
-        expires = datetime(year, month, day, hour, minute, second, fraction, tzinfo=UTC)
-    except ValueError:
-        raise _invalid_policy(f"Invalid 'expiration' value: '{expiration}'") from None
-    conditions = doc["conditions"]
-    if not isinstance(conditions, list):
-        raise _invalid_policy("Invalid 'conditions' value: must be a List.")
-    if now >= expires:
-        raise _denied("Policy expired.")
-
-    def actual(ref: str) -> str | None:
-        name = ref.lower()
-        if name == "bucket":
-            return bucket
-        if name == "key":
-            return key
-        return _value(fields, name)
-
-    covered: set[str] = set()
-    low, high = 0, None
-    for cond in conditions:
-        if isinstance(cond, dict):
-            if len(cond) != 1:
-                raise _invalid_policy("Invalid Simple-Condition: Simple-Conditions must have exactly one property specified.")
-            (name, expected), = cond.items()
-            if not isinstance(expected, str):
-                raise _invalid_policy("Invalid Simple-Condition: value must be a string.")
-            covered.add(name.lower())
-            # S3 reports a simple condition as the `eq` it stands for
-            if actual(name) != expected:
-                raise _denied(f"Policy Condition failed: {_shown(['eq', '$' + name, expected])}")
-            continue
-        if not isinstance(cond, list):
-            raise _invalid_policy("Invalid condition test: must be a List or Object.")
-        if not cond or not isinstance(cond[0], str):
-            raise _invalid_policy("Invalid Condition: missing operation identifier.")
-        op = cond[0].lower()
-        if op not in ("eq", "starts-with", "content-length-range"):
-            raise _invalid_policy(f"Invalid Condition: unknown operation '{cond[0]}'.")
-        if len(cond) != 3:
-            raise _invalid_policy(f"Invalid {cond[0]}: wrong number of arguments.")
-        if op == "content-length-range":
-            bounds = [_bound(b) for b in cond[1:]]
-            if bounds[0] is None or bounds[1] is None:
-                raise _denied(f"Policy Condition failed: {_shown(cond)}")
-            low, high = max(low, bounds[0]), bounds[1] if high is None else min(high, bounds[1])
-            continue
-        ref, expected = cond[1], cond[2]
-        if not isinstance(ref, str) or not isinstance(expected, str):
-            raise _invalid_policy("Invalid JSON.")
-        if ref.startswith("$"):
-            covered.add(ref[1:].lower())
-            value = actual(ref[1:])
-            ok = value is not None and (value == expected if op == "eq" else value.startswith(expected))
-        else:
-            ok = False  # S3: a name without its `$` names no field
-        if not ok:
-            raise _denied(f"Policy Condition failed: {_shown(cond)}")
-    extra = [
-        sent for name, (sent, _) in fields.items()
-        if name not in _EXEMPT and name not in covered and not name.startswith(_IGNORED_PREFIX)
-    ]
-    if extra:
-        raise _denied("Extra input fields: " + ", ".join(extra))
-    return low, high
-
-
-def _bound(value: Any) -> int | None:
-    """A content-length-range bound: a non-negative integer, also written as a string. None
-    for one that is no number (S3 then fails the condition); a negative or fractional one
-    makes the policy invalid."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, str):
-        if not (value.isascii() and value.isdigit()):
-            return None
-        value = int(value)
-    if not isinstance(value, int):
-        raise _invalid_policy("Invalid JSON.")
-    if value < 0:
-        raise _invalid_policy("Invalid content-length-range: bounds must not be negative.")
-    return value
-
-
-def _shown(cond: list[Any]) -> str:
-    return json.dumps(cond, ensure_ascii=False)
-
-
 def object_key(fields: dict[str, tuple[str, str]], filename: str | None) -> str:
     """The `key` field with `${filename}` replaced by the file part's filename (kept as is
     when the part has none, as S3 does). InvalidArgument when missing or empty,
     KeyTooLongError over 1024 bytes."""
-    key = _value(fields, "key")
+    key = field_value(fields, "key")
     if key is None:
-        raise _missing("key")
+        raise missing_field("key")
     if filename is not None:
         key = key.replace("${filename}", filename)
     if not key:
@@ -487,7 +271,7 @@ async def post_object(gw: Gateway, req: Request) -> Response:
     bucket = await gw.bucket(req.bucket, principal)
     headers, decoder_headers = form_headers(fields)
     refuse_unsupported_writes(headers)
-    tagging = _value(fields, "tagging")
+    tagging = field_value(fields, "tagging")
     build = version_builder(
         bucket, key, headers,
         tags=xmldoc.parse_tagging(tagging.encode("utf-8")) if tagging else {},
@@ -504,13 +288,13 @@ async def post_object(gw: Gateway, req: Request) -> Response:
     location = _location(req, key)
     answer = write_headers(bucket, meta, written)
     answer["location"] = location
-    redirect = _redirect(_value(fields, "success_action_redirect") or _value(fields, "redirect"))
+    redirect = _redirect(field_value(fields, "success_action_redirect") or field_value(fields, "redirect"))
     if redirect is not None:
         query = urlencode({"bucket": bucket.name, "key": key, "etag": answer["etag"]})
         sep = "?" if "?" not in redirect else "" if redirect.endswith(("?", "&")) else "&"
         answer["location"] = redirect + sep + query
         return Response(status=303, headers=answer)
-    status = _value(fields, "success_action_status")
+    status = field_value(fields, "success_action_status")
     if status == "201":
         return xml_response(
             xmldoc.post_response_xml(location, bucket.name, key, meta["etag"]), status=201, headers=answer
