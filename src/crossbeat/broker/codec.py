@@ -51,6 +51,8 @@ from kafka.protocol.consumer import (
     ListOffsetsResponse,
     OffsetCommitRequest,
     OffsetCommitResponse,
+    OffsetDeleteRequest,
+    OffsetDeleteResponse,
     OffsetFetchRequest,
     OffsetFetchResponse,
     OffsetForLeaderEpochRequest,
@@ -98,8 +100,8 @@ class ApiSpec:
     and OffsetFetch v6-v9 (member epochs); and OffsetForLeaderEpoch v4, which clients use
     once Metadata v9+ makes them trust leader epochs. The admin APIs added later are
     answered at every version kafka-python knows (AlterConfigs v0-v2,
-    IncrementalAlterConfigs v0-v1, CreatePartitions v0-v3, DeleteRecords v0-v2), flexible
-    ones included.
+    IncrementalAlterConfigs v0-v1, CreatePartitions v0-v3, DeleteRecords v0-v2,
+    OffsetDelete v0), flexible ones included.
     kafka-python encodes flexible versions as well as the others; classes it lacks come
     from `crossbeat.broker.schemas`. See `reference/kafka-broker.md`.
     """
@@ -143,6 +145,7 @@ APIS: dict[int, ApiSpec] = {
         _spec(37, CreatePartitionsRequest, CreatePartitionsResponse, 0, 3),
         _spec(42, DeleteGroupsRequest, DeleteGroupsResponse, 0, 2),
         _spec(44, IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse, 0, 1),
+        _spec(47, OffsetDeleteRequest, OffsetDeleteResponse, 0, 0),
         _spec(68, ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse, 0, 1),
         _spec(69, ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse, 0, 0),
     )

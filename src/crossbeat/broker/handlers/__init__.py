@@ -25,6 +25,7 @@ from crossbeat.broker.handlers import (
     list_offsets,
     metadata,
     offset_commit,
+    offset_delete,
     offset_fetch,
     offset_for_leader_epoch,
     produce,
@@ -57,6 +58,7 @@ HANDLERS: dict[int, Handler] = {
     37: create_partitions.handle,
     42: delete_groups.handle,
     44: incremental_alter_configs.handle,
+    47: offset_delete.handle,
     68: consumer_group_heartbeat.handle,
     69: consumer_group_describe.handle,
 }
