@@ -6,7 +6,7 @@ import pytest
 
 pytest.importorskip("pyspark")
 
-from crossbeat.spark.source import parse_options  # noqa: E402
+from crossbeat.spark.source_options import parse_options  # noqa: E402
 
 BASE = {"kafka.bootstrap.servers": "localhost:9092"}
 

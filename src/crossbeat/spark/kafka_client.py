@@ -86,7 +86,7 @@ def consumer(
     **extra: Any,
 ) -> Consumer:
     """A consumer with the source's fixed settings, then `extra`, then the user's
-    `settings` (the `kafka.*` options, e.g. security ones; see source.REFUSED_KAFKA for
+    `settings` (the `kafka.*` options, e.g. security ones; see source_options.REFUSED_KAFKA for
     those that may not override ours)."""
     conf: dict[str, Any] = {
         "bootstrap.servers": brokers,

@@ -59,13 +59,10 @@ only after 10 s, as a new leader may briefly report a lower end).
 from __future__ import annotations
 
 import logging
-import re
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
-import orjson
 from confluent_kafka import KafkaException
 from pyspark.sql.datasource import (
     DataSource,
@@ -77,8 +74,6 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 
 from crossbeat.spark import kafka_client
 from crossbeat.spark.offsets import (
-    EARLIEST,
-    LATEST,
     Offsets,
     limit_offsets,
     merge_new_partitions,
@@ -87,242 +82,10 @@ from crossbeat.spark.offsets import (
     reconcile,
     resolve,
 )
+from crossbeat.spark.source_options import SourceOptions, parse_options
 
 log = logging.getLogger(__name__)
 PAUSE_REFRESH_S = 1.0
-DEFAULT_ROWS_PER_TASK = 20_000
-
-STRATEGIES = ("subscribe", "subscribePattern", "assign")
-KNOWN_OPTIONS = frozenset(
-    {
-        "kafka.bootstrap.servers", "bootstrap", "subscribe", "subscribepattern", "assign",
-        "startingoffsets", "endingoffsets", "failondataloss", "includeheaders",
-        "maxoffsetspertrigger", "rowspertask", "kafka.group.id", "pausetopic", "pausekey",
-    }
-)
-# Consumer settings the source decides itself; a `kafka.` option naming one is refused.
-REFUSED_KAFKA = {
-    "auto.offset.reset": "set the source option startingOffsets to specify where to start",
-    "enable.auto.commit": "offsets are tracked in the Spark checkpoint (kafka.group.id has "
-    "them committed to a group for lag tools)",
-    "enable.auto.offset.store": "offsets are tracked in the Spark checkpoint",
-    "enable.partition.eof": "the source reads ranges up to offsets known to exist",
-    "key.deserializer": "keys are always read as bytes; decode or cast the key column",
-    "value.deserializer": "values are always read as bytes; decode or cast the value column",
-    "interceptor.classes": "the source's consumers are librdkafka ones",
-}
-OFFSETS_EXAMPLE = '{"topicA":{"0":23,"1":-1},"topicB":{"0":-2}}'
-ASSIGN_EXAMPLE = '{"topicA":[0,1],"topicB":[0,1]}'
-
-
-@dataclass(frozen=True)
-class Subscription:
-    """Which partitions the query reads: `subscribe` topics, topics matching
-    `subscribePattern`, or `assign`ed partitions."""
-
-    topics: tuple[str, ...] = ()
-    pattern: re.Pattern[str] | None = None
-    assigned: tuple[tuple[str, tuple[int, ...]], ...] | None = None
-
-    def covers(self, topic: str, partition: int) -> bool:
-        if self.pattern is not None:
-            return self.pattern.fullmatch(topic) is not None
-        if self.assigned is not None:
-            return partition in dict(self.assigned).get(topic, ())
-        return topic in self.topics
-
-    def restrict(self, offsets: Offsets) -> Offsets:
-        """`offsets` without the partitions the query no longer reads (its options
-        changed since the checkpoint): they are not data loss."""
-        out: Offsets = {}
-        for topic, parts in offsets.items():
-            kept = {p: o for p, o in parts.items() if self.covers(topic, int(p))}
-            if kept:
-                out[topic] = kept
-        return out
-
-    def partitions(self, wm: kafka_client.Watermarks) -> dict[str, list[int]]:
-        """The partitions to read as they exist now."""
-        if self.pattern is not None:
-            return {t: ps for t, ps in wm.all_partitions().items() if self.covers(t, 0)}
-        if self.assigned is not None:
-            out = {}
-            for topic, wanted in self.assigned:
-                existing = set(wm.partitions(topic))
-                out[topic] = [p for p in wanted if p in existing]
-            return out
-        return {topic: wm.partitions(topic) for topic in self.topics}
-
-
-@dataclass(frozen=True)
-class SourceOptions:
-    brokers: str
-    subscription: Subscription
-    starting: str | Offsets  # "earliest", "latest" or offsets with -2/-1 sentinels
-    ending: str | Offsets
-    fail_on_data_loss: bool
-    include_headers: bool
-    max_rows: int | None
-    rows_per_task: int
-    group: str | None
-    pause_topic: str | None
-    pause_key: str
-    settings: dict[str, str]  # the other kafka.* options, for every consumer
-
-
-def _bool(opts: dict[str, str], key: str, name: str, default: bool) -> bool:
-    value = opts.get(key)
-    if value is None:
-        return default
-    if value.strip().lower() not in ("true", "false"):
-        raise ValueError(f"option {name} must be true or false, got {value!r}")
-    return value.strip().lower() == "true"
-
-
-def _positive(opts: dict[str, str], key: str, name: str, default: int | None) -> int | None:
-    value = opts.get(key)
-    if value is None or not value.strip():
-        return default
-    try:
-        number = int(value)
-    except ValueError:
-        number = 0
-    if number < 1:
-        raise ValueError(f"option {name} must be a positive integer, got {value!r}")
-    return number
-
-
-def _subscription(opts: dict[str, str]) -> Subscription:
-    given = [name for name in STRATEGIES if name.lower() in opts]
-    if not given:
-        raise ValueError("One of the following options must be specified for Kafka source: "
-                         f"{', '.join(STRATEGIES)}. See the docs for more details.")
-    if len(given) > 1:
-        raise ValueError("Only one of the following options can be specified for Kafka "
-                         f"source: {', '.join(STRATEGIES)}. See the docs for more details.")
-    name = given[0]
-    value = opts[name.lower()]
-    if name == "subscribe":
-        topics = tuple(t.strip() for t in value.split(",") if t.strip())
-        if not topics:
-            raise ValueError("No topics to subscribe to as specified value for option "
-                             f"'subscribe' is '{value}'")
-        return Subscription(topics=topics)
-    if name == "subscribePattern":
-        if not value.strip():
-            raise ValueError("Pattern to subscribe is empty as specified value for option "
-                             f"'subscribePattern' is '{value}'")
-        try:
-            return Subscription(pattern=re.compile(value.strip()))
-        except re.error as exc:
-            raise ValueError(f"option subscribePattern {value!r} is not a valid regular "
-                             f"expression: {exc}") from None
-    if not value.strip().startswith("{"):
-        raise ValueError("No topicpartitions to assign as specified value for option "
-                         f"'assign' is '{value}'")
-    try:
-        doc = orjson.loads(value)
-        assigned = tuple(
-            (str(topic), tuple(sorted({_partition(p) for p in parts})))
-            for topic, parts in doc.items()
-            if isinstance(parts, list) and parts  # checked below
-        )
-        if len(assigned) != len(doc) or not assigned:
-            raise ValueError
-    except (orjson.JSONDecodeError, AttributeError, TypeError, ValueError):
-        raise ValueError(f"option assign: expected e.g. {ASSIGN_EXAMPLE}, got {value}") from None
-    return Subscription(assigned=assigned)
-
-
-def _partition(p: Any) -> int:
-    if isinstance(p, bool) or not isinstance(p, int) or p < 0:
-        raise ValueError
-    return p
-
-
-def _offsets_option(value: str, name: str, sub: Subscription) -> str | Offsets:
-    if value.strip().lower() in ("earliest", "latest"):
-        return value.strip().lower()
-    try:
-        doc = orjson.loads(value)
-        offsets = {
-            str(t): {str(_partition(int(p))): int(o) for p, o in parts.items()}
-            for t, parts in doc.items()
-        }
-        if any(isinstance(o, (bool, float)) for parts in doc.values() for o in parts.values()):
-            raise ValueError
-    except (orjson.JSONDecodeError, AttributeError, TypeError, ValueError):
-        raise ValueError(f"option {name}: expected earliest, latest or e.g. {OFFSETS_EXAMPLE}, "
-                         f"got {value}") from None
-    for topic, parts in offsets.items():
-        for p, off in parts.items():
-            if off < EARLIEST:
-                raise ValueError(f"option {name}: offset {off} of {topic}[{p}] is invalid "
-                                 "(an offset, or -2 for earliest, -1 for latest)")
-            if not sub.covers(topic, int(p)):
-                raise ValueError(f"option {name} names {topic}[{p}], which the query does "
-                                 "not read (see subscribe, subscribePattern or assign)")
-    return offsets
-
-
-def parse_options(options: Mapping[str, str], *, streaming: bool | None = None) -> SourceOptions:
-    """Validate the options of `format("crossbeat-kafka")` (see the module docstring);
-    ValueError naming the first bad one. `streaming` None: valid for either kind of query."""
-    opts = {k.lower(): str(v) for k, v in options.items()}
-    unknown = sorted(k for k in opts if k not in KNOWN_OPTIONS and not k.startswith("kafka."))
-    if unknown:
-        raise ValueError(f"crossbeat-kafka does not support option(s) {', '.join(unknown)} "
-                         "(supported: kafka.bootstrap.servers, subscribe, subscribePattern, "
-                         "assign, startingOffsets, endingOffsets, failOnDataLoss, "
-                         "includeHeaders, maxOffsetsPerTrigger, rowsPerTask, kafka.group.id, "
-                         "pauseTopic, pauseKey, and other kafka.* consumer settings)")
-    settings = {k.removeprefix("kafka."): v for k, v in opts.items()
-                if k.startswith("kafka.") and k not in KNOWN_OPTIONS}
-    for name, why in REFUSED_KAFKA.items():
-        if name in settings:
-            raise ValueError(f"Kafka option 'kafka.{name}' is not supported: {why}")
-    try:
-        kafka_client.check_settings(settings)
-    except KafkaException as exc:
-        raise ValueError(f"kafka.* options: librdkafka refuses them: {exc.args[0].str()} "
-                         "(crossbeat-kafka passes kafka.* options to librdkafka, whose "
-                         "settings are mostly, not all, those of the Java consumer)") from None
-    brokers = (opts.get("kafka.bootstrap.servers") or opts.get("bootstrap") or "").strip()
-    if not brokers:
-        raise ValueError("crossbeat-kafka needs option kafka.bootstrap.servers")
-    sub = _subscription(opts)
-    starting = _offsets_option(opts.get("startingoffsets", "earliest"), "startingOffsets", sub)
-    ending = _offsets_option(opts.get("endingoffsets", "latest"), "endingOffsets", sub)
-    if streaming and "endingoffsets" in opts:
-        raise ValueError("option endingOffsets is for batch queries only (spark.read)")
-    if streaming is False:
-        if starting == "latest" or (
-            isinstance(starting, dict)
-            and any(o == LATEST for parts in starting.values() for o in parts.values())
-        ):
-            raise ValueError("startingOffsets can't be latest (-1) for batch queries")
-        if ending == "earliest" or (
-            isinstance(ending, dict)
-            and any(o == EARLIEST for parts in ending.values() for o in parts.values())
-        ):
-            raise ValueError("endingOffsets can't be earliest (-2) for batch queries")
-    if "pausekey" in opts and "pausetopic" not in opts:
-        raise ValueError("option pauseKey needs pauseTopic")
-    return SourceOptions(
-        brokers=brokers,
-        subscription=sub,
-        starting=starting,
-        ending=ending,
-        fail_on_data_loss=_bool(opts, "failondataloss", "failOnDataLoss", True),
-        include_headers=_bool(opts, "includeheaders", "includeHeaders", False),
-        max_rows=_positive(opts, "maxoffsetspertrigger", "maxOffsetsPerTrigger", None),
-        rows_per_task=_positive(opts, "rowspertask", "rowsPerTask", DEFAULT_ROWS_PER_TASK)
-        or DEFAULT_ROWS_PER_TASK,
-        group=opts.get("kafka.group.id") or None,
-        pause_topic=opts.get("pausetopic") or None,
-        pause_key=opts.get("pausekey") or "",
-        settings=settings,
-    )
 
 
 class KafkaRange(InputPartition):
