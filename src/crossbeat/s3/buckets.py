@@ -176,10 +176,12 @@ async def put_lifecycle(gw: Gateway, req: Request, p: Principal, ctx: Any) -> Re
     (s3/lifecycle.py) applies it."""
     await gw.bucket(req.bucket, p, fresh=True)
     lifecycle_config.require_checksum(req.headers)
+    size_default = lifecycle_config.transition_size_default(req.headers)
     config = lifecycle_config.parse_lifecycle(await read_document(req, ctx))
+    config["transitionDefaultMinimumObjectSize"] = size_default
     await gw.run(gw.store.update_bucket, req.bucket, lifecycle=config)
     gw.forget_bucket(req.bucket)
-    return Response()
+    return Response(headers={lifecycle_config.TRANSITION_SIZE_HEADER: size_default})
 
 
 async def put_cors(gw: Gateway, req: Request, p: Principal, ctx: Any) -> Response:
@@ -259,9 +261,11 @@ async def get_sub(gw: Gateway, req: Request, p: Principal, sub: str) -> Response
         return xml_response(notification_config.notification_xml(bucket.notification or {}))
     if sub == "lifecycle" and bucket.lifecycle:
         # AWS names the transition size default on every answer; crossbeat has no transitions
+        size_default = bucket.lifecycle.get("transitionDefaultMinimumObjectSize")
         return xml_response(
             lifecycle_config.lifecycle_xml(bucket.lifecycle),
-            headers={"x-amz-transition-default-minimum-object-size": "all_storage_classes_128K"},
+            headers={lifecycle_config.TRANSITION_SIZE_HEADER:
+                     size_default or lifecycle_config.TRANSITION_SIZE_DEFAULTS[0]},
         )
     if sub == "cors" and bucket.cors:
         return xml_response(cors_config.cors_xml(bucket.cors))

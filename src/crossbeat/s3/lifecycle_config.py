@@ -73,6 +73,22 @@ def _invalid_request(message: str) -> S3Error:
     return S3Error("InvalidRequest", message)
 
 
+TRANSITION_SIZE_HEADER = "x-amz-transition-default-minimum-object-size"
+TRANSITION_SIZE_DEFAULTS = ("all_storage_classes_128K", "varies_by_storage_class")
+
+
+def transition_size_default(headers: dict[str, str]) -> str:
+    """The request's x-amz-transition-default-minimum-object-size, AWS's default when it
+    has none; another value is InvalidArgument. Kept with the configuration and answered
+    back as AWS does, though crossbeat makes no transitions."""
+    value = headers.get(TRANSITION_SIZE_HEADER, TRANSITION_SIZE_DEFAULTS[0])
+    if value not in TRANSITION_SIZE_DEFAULTS:
+        raise S3Error("InvalidArgument", f"Invalid {TRANSITION_SIZE_HEADER}: {value!r} (one of "
+                      f"{', '.join(TRANSITION_SIZE_DEFAULTS)})",
+                      extra={"ArgumentName": TRANSITION_SIZE_HEADER, "ArgumentValue": value})
+    return value
+
+
 def require_checksum(headers: dict[str, str]) -> None:
     """AWS requires the body of PutBucketLifecycleConfiguration to carry an integrity check:
     Content-MD5 or a flexible checksum (header or declared trailer). InvalidRequest when

@@ -43,6 +43,21 @@ def test_a_configuration_round_trips_through_boto3(s3: Any, bucket: str) -> None
     assert got["TransitionDefaultMinimumObjectSize"] == "all_storage_classes_128K"
 
 
+def test_the_transition_size_default_is_kept(s3: Any, bucket: str) -> None:
+    put = s3.put_bucket_lifecycle_configuration(
+        Bucket=bucket, LifecycleConfiguration={"Rules": RULES[:1]},
+        TransitionDefaultMinimumObjectSize="varies_by_storage_class")
+    assert put["TransitionDefaultMinimumObjectSize"] == "varies_by_storage_class"
+    got = s3.get_bucket_lifecycle_configuration(Bucket=bucket)
+    assert got["TransitionDefaultMinimumObjectSize"] == "varies_by_storage_class"
+    with pytest.raises(ClientError) as exc:
+        s3.put_bucket_lifecycle_configuration(
+            Bucket=bucket, LifecycleConfiguration={"Rules": RULES},
+            TransitionDefaultMinimumObjectSize="all_storage_classes_1K")
+    assert _error(exc) == (400, "InvalidArgument")
+    assert s3.get_bucket_lifecycle_configuration(Bucket=bucket)["Rules"] == RULES[:1]
+
+
 def test_the_legacy_put_bucket_lifecycle_round_trips(s3: Any, bucket: str) -> None:
     rules = [{"ID": "v1", "Prefix": "old/", "Status": "Enabled", "Expiration": {"Days": 5}}]
     s3.put_bucket_lifecycle(Bucket=bucket, LifecycleConfiguration={"Rules": rules})
