@@ -29,6 +29,8 @@ from kafka.protocol.admin import (
     DeleteRecordsResponse,
     DeleteTopicsRequest,
     DeleteTopicsResponse,
+    DescribeClusterRequest,
+    DescribeClusterResponse,
     DescribeConfigsRequest,
     DescribeConfigsResponse,
     DescribeGroupsRequest,
@@ -101,7 +103,7 @@ class ApiSpec:
     once Metadata v9+ makes them trust leader epochs. The admin APIs added later are
     answered at every version kafka-python knows (AlterConfigs v0-v2,
     IncrementalAlterConfigs v0-v1, CreatePartitions v0-v3, DeleteRecords v0-v2,
-    OffsetDelete v0), flexible ones included.
+    OffsetDelete v0, DescribeCluster v0-v2), flexible ones included.
     kafka-python encodes flexible versions as well as the others; classes it lacks come
     from `crossbeat.broker.schemas`. See `reference/kafka-broker.md`.
     """
@@ -146,6 +148,7 @@ APIS: dict[int, ApiSpec] = {
         _spec(42, DeleteGroupsRequest, DeleteGroupsResponse, 0, 2),
         _spec(44, IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse, 0, 1),
         _spec(47, OffsetDeleteRequest, OffsetDeleteResponse, 0, 0),
+        _spec(60, DescribeClusterRequest, DescribeClusterResponse, 0, 2),
         _spec(68, ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse, 0, 1),
         _spec(69, ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse, 0, 0),
     )

@@ -12,6 +12,7 @@ from crossbeat.broker.handlers import (
     delete_groups,
     delete_records,
     delete_topics,
+    describe_cluster,
     describe_configs,
     describe_groups,
     fetch,
@@ -59,6 +60,7 @@ HANDLERS: dict[int, Handler] = {
     42: delete_groups.handle,
     44: incremental_alter_configs.handle,
     47: offset_delete.handle,
+    60: describe_cluster.handle,
     68: consumer_group_heartbeat.handle,
     69: consumer_group_describe.handle,
 }
