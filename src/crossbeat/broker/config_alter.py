@@ -41,7 +41,8 @@ def duplicate_resources(resources: Iterable[Any]) -> set[tuple[int, str]]:
 def check_resource(resource: Any, node_id: int, *, incremental: bool) -> None:
     """Raise TopicError for a resource Kafka refuses before looking at the topic: a null
     value (except in an incremental DELETE), a config named twice, an unknown operation,
-    a resource type other than topic or broker, and any broker resource."""
+    a resource type other than topic or broker, and a broker resource naming any config
+    (one naming none changes nothing and passes, as in Kafka)."""
     ops = [getattr(c, "config_operation", SET) for c in resource.configs]
     nulls = [c.name for c, op in zip(resource.configs, ops, strict=True)
              if c.value is None and not (incremental and op == DELETE)]
@@ -57,7 +58,7 @@ def check_resource(resource: Any, node_id: int, *, incremental: bool) -> None:
     unknown = next((op for op in ops if op not in _OP_NAMES), None)
     if unknown is not None:
         raise _invalid(f"Unknown operations type {unknown}")
-    if resource.resource_type == BROKER:
+    if resource.resource_type == BROKER and names:
         raise _invalid(f"Cannot update these configs dynamically: Set({', '.join(names)})")
 
 

@@ -78,6 +78,7 @@ def test_checks_and_operations(loop_broker: LoopBroker) -> None:
             (bad[0], "Cannot update these configs dynamically: Set(num.partitions)")]
         assert _incremental(sock, [(BROKER, "7", [("num.partitions", SET, "3")])])[0] == (
             bad[0], "Unexpected broker id, expected 0, but received 7")
+        assert _incremental(sock, [(BROKER, "", [])]) == [(0, None)]  # changes nothing
         assert _incremental(sock, [(32, "g", [("x", SET, "3")])]) == [
             (bad[0], "Unknown resource type 32")]
         assert _explicit(sock, "t") == {}  # nothing above applied

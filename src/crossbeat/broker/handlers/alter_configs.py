@@ -10,7 +10,7 @@ from typing import Any
 
 from kafka.protocol.admin import AlterConfigsResponse
 
-from crossbeat.broker.config_alter import check_resource, duplicate_resources
+from crossbeat.broker.config_alter import TOPIC, check_resource, duplicate_resources
 from crossbeat.broker.errors import ErrorCode
 from crossbeat.broker.handlers.context import Context
 from crossbeat.broker.topics import TopicError
@@ -28,8 +28,10 @@ async def handle(ctx: Context, req: Any) -> Any:
             if (res.resource_type, res.resource_name) in twice:
                 raise TopicError(ErrorCode.INVALID_REQUEST, "Each resource must appear at most once.")
             check_resource(res, broker.node_id, incremental=False)
-            broker.topics.alter_configs(res.resource_name, {c.name: c.value for c in res.configs},
-                                        validate_only=bool(req.validate_only))
+            if res.resource_type == TOPIC:  # else a broker resource that changes nothing
+                broker.topics.alter_configs(res.resource_name,
+                                            {c.name: c.value for c in res.configs},
+                                            validate_only=bool(req.validate_only))
         except TopicError as exc:
             code, message = exc.code, exc.message
         results.append(_Result(error_code=int(code), error_message=message,

@@ -13,6 +13,7 @@ from typing import Any
 from kafka.protocol.admin import IncrementalAlterConfigsResponse
 
 from crossbeat.broker.config_alter import (
+    TOPIC,
     check_resource,
     duplicate_resources,
     incremental_configs,
@@ -35,13 +36,14 @@ async def handle(ctx: Context, req: Any) -> Any:
             if (res.resource_type, res.resource_name) in twice:
                 raise TopicError(ErrorCode.INVALID_REQUEST, "Each resource must appear at most once.")
             check_resource(res, broker.node_id, incremental=True)
-            topic = broker.topics.get(res.resource_name)
-            if topic is None:
-                raise TopicError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                                 f"The topic '{res.resource_name}' does not exist.")
-            configs = incremental_configs(topic.configs, defaults, res.configs)
-            broker.topics.alter_configs(res.resource_name, configs,
-                                        validate_only=bool(req.validate_only))
+            if res.resource_type == TOPIC:  # else a broker resource that changes nothing
+                topic = broker.topics.get(res.resource_name)
+                if topic is None:
+                    raise TopicError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                                     f"The topic '{res.resource_name}' does not exist.")
+                configs = incremental_configs(topic.configs, defaults, res.configs)
+                broker.topics.alter_configs(res.resource_name, configs,
+                                            validate_only=bool(req.validate_only))
         except TopicError as exc:
             code, message = exc.code, exc.message
         results.append(_Result(error_code=int(code), error_message=message,
