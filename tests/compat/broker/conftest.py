@@ -8,18 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.compat.broker.helpers import BrokerProcess
+from tests.compat.broker.helpers import BrokerProcess, running_broker
 
 
 @pytest.fixture
 def broker(tmp_path: Path) -> Iterator[BrokerProcess]:
-    proc = BrokerProcess(tmp_path / "data")
-    proc.start()
-    try:
+    with running_broker(tmp_path / "data") as proc:
         yield proc
-    finally:
-        if proc.service is not None and proc.service.proc.poll() is None:
-            proc.stop()
 
 
 @pytest.fixture

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -133,3 +134,26 @@ def read_topic(address: str, topic: str, expected: int, timeout: float = 30) -> 
 
 
 ConsumerFactory = Callable[..., Any]
+
+
+def configured_broker(data_dir: Path, broker_settings: str = "") -> BrokerProcess:
+    """A BrokerProcess over `data_dir` with the `[broker]` settings `broker_settings` (TOML
+    lines) in a config file beside it; not started."""
+    if not broker_settings:
+        return BrokerProcess(data_dir)
+    config = data_dir.parent / f"{data_dir.name}.toml"
+    config.parent.mkdir(parents=True, exist_ok=True)
+    config.write_text(f"[broker]\n{broker_settings}\n")
+    return BrokerProcess(data_dir, ["--config", str(config)])
+
+
+@contextmanager
+def running_broker(data_dir: Path, broker_settings: str = "") -> Iterator[BrokerProcess]:
+    """`configured_broker`, started, and stopped at exit unless a test stopped or killed it."""
+    proc = configured_broker(data_dir, broker_settings)
+    proc.start()
+    try:
+        yield proc
+    finally:
+        if proc.service is not None and proc.service.proc.poll() is None:
+            proc.stop()

@@ -32,6 +32,7 @@ from tests.compat.broker.helpers import (
     create_topic,
     new_consumer,
     produce_all,
+    running_broker,
 )
 
 pytestmark = [pytest.mark.compat, pytest.mark.timeout(120)]
@@ -39,15 +40,8 @@ pytestmark = [pytest.mark.compat, pytest.mark.timeout(120)]
 
 @pytest.fixture
 def broker(tmp_path: Path) -> Iterator[BrokerProcess]:
-    config = tmp_path / "crossbeat.toml"
-    config.write_text("[broker]\nretention_check_interval_ms = 100\n")
-    proc = BrokerProcess(tmp_path / "data", ["--config", str(config)])
-    proc.start()
-    try:
+    with running_broker(tmp_path / "data", "retention_check_interval_ms = 100") as proc:
         yield proc
-    finally:
-        if proc.service is not None and proc.service.proc.poll() is None:
-            proc.stop()
 
 
 def _set(topic: str, **configs: str) -> ConfigResource:

@@ -27,7 +27,7 @@ from kafka.protocol.producer import ProduceRequest, ProduceResponse
 from kafka.record import MemoryRecords
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
-from tests.compat.broker.helpers import BrokerProcess, read_topic
+from tests.compat.broker.helpers import BrokerProcess, read_topic, running_broker
 
 pytestmark = [pytest.mark.compat, pytest.mark.timeout(180)]
 
@@ -277,16 +277,10 @@ BOMB = 16 << 20  # what each bomb expands to
 
 
 @pytest.fixture
-def small_decode_broker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[BrokerProcess]:
-    """A broker that decodes batches of at most DECODE_LIMIT bytes (it inherits our env)."""
-    monkeypatch.setenv("CROSSBEAT_BROKER_MAX_DECOMPRESSED_BATCH_BYTES", str(DECODE_LIMIT))
-    proc = BrokerProcess(tmp_path / "data")
-    proc.start()
-    try:
+def small_decode_broker(tmp_path: Path) -> Iterator[BrokerProcess]:
+    """A broker that decodes batches of at most DECODE_LIMIT bytes."""
+    with running_broker(tmp_path / "data", f"max_decompressed_batch_bytes = {DECODE_LIMIT}") as proc:
         yield proc
-    finally:
-        if proc.service is not None and proc.service.proc.poll() is None:
-            proc.stop()
 
 
 def batch_of(sent: list[Message], codec: int) -> bytes:

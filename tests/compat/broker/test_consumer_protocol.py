@@ -22,6 +22,7 @@ from tests.compat.broker.helpers import (
     create_topic,
     new_consumer,
     produce_all,
+    running_broker,
 )
 
 pytestmark = [pytest.mark.compat, pytest.mark.timeout(120)]
@@ -33,16 +34,9 @@ SESSION_MS = 3000
 @pytest.fixture
 def fast_broker(tmp_path: Path) -> Any:
     """A broker whose consumer-group members heartbeat often and time out soon."""
-    config = tmp_path / "crossbeat.toml"
-    config.write_text(f"[broker]\ngroup_consumer_heartbeat_interval_ms = {HEARTBEAT_MS}\n"
-                      f"group_consumer_session_timeout_ms = {SESSION_MS}\n")
-    proc = BrokerProcess(tmp_path / "data", ["--config", str(config)])
-    proc.start()
-    try:
+    with running_broker(tmp_path / "data", f"group_consumer_heartbeat_interval_ms = {HEARTBEAT_MS}\n"
+                        f"group_consumer_session_timeout_ms = {SESSION_MS}") as proc:
         yield proc
-    finally:
-        if proc.service is not None and proc.service.proc.poll() is None:
-            proc.stop()
 
 
 def member(address: str, group: str, topic: str) -> Any:

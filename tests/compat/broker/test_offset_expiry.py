@@ -24,6 +24,7 @@ from confluent_kafka.admin import AdminClient
 from tests.compat.broker.helpers import (
     BrokerProcess,
     assigned_member,
+    configured_broker,
     consume_commit_and_leave,
     consume_n,
     create_topic,
@@ -36,10 +37,8 @@ RETENTION_MS = 1000
 
 
 def expiring_broker(tmp_path: Path, retention_ms: int = RETENTION_MS) -> BrokerProcess:
-    config = tmp_path / "crossbeat.toml"
-    config.write_text(f"[broker]\noffsets_retention_ms = {retention_ms}\n"
-                      "offsets_retention_check_interval_ms = 100\n")
-    return BrokerProcess(tmp_path / "data", ["--config", str(config)])
+    return configured_broker(tmp_path / "data", f"offsets_retention_ms = {retention_ms}\n"
+                             "offsets_retention_check_interval_ms = 100")
 
 
 @pytest.fixture
