@@ -339,17 +339,8 @@ class GroupCoordinator:
             if group is None or not group.members:
                 return ErrorCode.NONE
             return ErrorCode.UNKNOWN_MEMBER_ID
-        if group is None:
-            return ErrorCode.UNKNOWN_MEMBER_ID
-        if (error := fenced(group, member_id, group_instance_id)) is not None:
-            return error
-        member = group.members[member_id]
-        member.last_seen = self._clock()
-        if generation_id != group.generation:
-            return ErrorCode.ILLEGAL_GENERATION
-        if group.state is GroupState.PREPARING_REBALANCE:
-            return ErrorCode.REBALANCE_IN_PROGRESS
-        return ErrorCode.NONE
+        # a member's commit is checked (and counts as a sign of life) as its heartbeat is
+        return self.heartbeat(group_id, generation_id, member_id, group_instance_id)
 
     # -- time ------------------------------------------------------------------------------
     def sweep(self) -> None:
