@@ -10,7 +10,7 @@ INVALID_REQUEST, "Cannot update these configs dynamically: Set(...)".
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from crossbeat.broker.errors import ErrorCode
@@ -101,3 +101,28 @@ def incremental_configs(current: dict[str, str], defaults: dict[str, str],
                 items = [v for v in items if v not in given]
             configs[c.name] = ",".join(items)
     return configs
+
+
+def alter_each(
+    resources: list[Any], node_id: int, *, incremental: bool, apply: Callable[[Any], None],
+    result: Callable[..., Any],
+) -> list[Any]:
+    """One `result(error_code, error_message, resource_type, resource_name)` per resource, in
+    request order: a resource named twice is INVALID_REQUEST, each is checked
+    (`check_resource`), then `apply(resource)` alters a topic (a broker resource that passes
+    its checks changes nothing). A TopicError fails that resource alone."""
+    twice = duplicate_resources(resources)
+    results = []
+    for res in resources:
+        code, message = ErrorCode.NONE, None
+        try:
+            if (res.resource_type, res.resource_name) in twice:
+                raise TopicError(ErrorCode.INVALID_REQUEST, "Each resource must appear at most once.")
+            check_resource(res, node_id, incremental=incremental)
+            if res.resource_type == TOPIC:
+                apply(res)
+        except TopicError as exc:
+            code, message = exc.code, exc.message
+        results.append(result(error_code=int(code), error_message=message,
+                              resource_type=res.resource_type, resource_name=res.resource_name))
+    return results

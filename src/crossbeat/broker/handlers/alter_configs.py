@@ -10,30 +10,18 @@ from typing import Any
 
 from kafka.protocol.admin import AlterConfigsResponse
 
-from crossbeat.broker.config_alter import TOPIC, check_resource, duplicate_resources
-from crossbeat.broker.errors import ErrorCode
+from crossbeat.broker.config_alter import alter_each
 from crossbeat.broker.handlers.context import Context
-from crossbeat.broker.topics import TopicError
 
 _Result = AlterConfigsResponse.AlterConfigsResourceResponse
 
 
 async def handle(ctx: Context, req: Any) -> Any:
     broker = ctx.broker
-    twice = duplicate_resources(req.resources)
-    results = []
-    for res in req.resources:
-        code, message = ErrorCode.NONE, None
-        try:
-            if (res.resource_type, res.resource_name) in twice:
-                raise TopicError(ErrorCode.INVALID_REQUEST, "Each resource must appear at most once.")
-            check_resource(res, broker.node_id, incremental=False)
-            if res.resource_type == TOPIC:  # else a broker resource that changes nothing
-                broker.topics.alter_configs(res.resource_name,
-                                            {c.name: c.value for c in res.configs},
-                                            validate_only=bool(req.validate_only))
-        except TopicError as exc:
-            code, message = exc.code, exc.message
-        results.append(_Result(error_code=int(code), error_message=message,
-                               resource_type=res.resource_type, resource_name=res.resource_name))
+
+    def apply(res: Any) -> None:
+        broker.topics.alter_configs(res.resource_name, {c.name: c.value for c in res.configs},
+                                    validate_only=bool(req.validate_only))
+
+    results = alter_each(req.resources, broker.node_id, incremental=False, apply=apply, result=_Result)
     return AlterConfigsResponse(throttle_time_ms=0, responses=results)
