@@ -13,6 +13,7 @@ import bisect
 import logging
 import time
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -310,6 +311,22 @@ class Stream:
                     return result[-n:] if n > 0 else []
                 result = segment.headers_tail(n - len(result), end) + result
         return result[-n:] if n > 0 else []
+
+    def batch_headers(self) -> Iterator[BatchHeader]:
+        """Every durable batch header from the log start on, oldest first (a forward walk
+        of the whole log: O(batches); e.g. to rebuild a partition's transaction index).
+
+        Consume it without awaiting in between: the walk reads the segments as they are.
+        """
+        self._check_readable()
+        start, end = self.start_offset, self._hw
+        for replica in self._replicas:
+            for segment in replica.segments:
+                if segment.next_offset <= start:
+                    continue
+                for _pos, header in segment.headers(0, end):
+                    if header.next_offset > start:
+                        yield header
 
     # ---- ranges ------------------------------------------------------------------------
     def seal(self) -> RangeInfo:
