@@ -6,6 +6,7 @@ Directory layout under `settings.data_dir`::
     streams/          the stream store (one stream per topic partition)
     offsets.log       committed offsets, groups' Empty times (see offsets.py)
     producer_ids      next free producer id block (see producers.py)
+    transactions.log  transactional ids and their transactions (see txn_log.py)
 """
 
 from __future__ import annotations
@@ -17,12 +18,17 @@ import logging
 from crossbeat.broker.groups import SWEEP_INTERVAL, GroupCoordinator
 from crossbeat.broker.offset_expiry import expire_offsets
 from crossbeat.broker.offsets import OffsetStore
+from crossbeat.broker.partition_txns import PartitionTxns
 from crossbeat.broker.producers import ProducerIdAllocator, ProducerStates
 from crossbeat.broker.settings import BrokerSettings
 from crossbeat.broker.topics import Topics
+from crossbeat.broker.txn_coordinator import TxnCoordinator
+from crossbeat.broker.txn_log import TxnLog
 from crossbeat.stream import StreamStore
 
 log = logging.getLogger(__name__)
+
+MAX_TXN_TIMEOUT_MS = 900_000  # Kafka's transaction.max.timeout.ms default
 
 
 class Broker:
@@ -43,6 +49,9 @@ class Broker:
         )
         self.producers = ProducerStates()
         self.producer_ids = ProducerIdAllocator(settings.data_dir)
+        self.partition_txns = PartitionTxns()
+        self.txn_log = TxnLog(settings.data_dir)
+        self.txns = TxnCoordinator(self, {}, MAX_TXN_TIMEOUT_MS)
         self.node_id = settings.node_id
         self.host = "127.0.0.1"
         self.port = 9092
@@ -59,6 +68,15 @@ class Broker:
             await store.close()
             raise
         broker = cls(settings, store, offsets)
+        try:
+            docs = await asyncio.to_thread(broker.txn_log.load)
+            broker.txns = TxnCoordinator(broker, docs, MAX_TXN_TIMEOUT_MS)
+            await broker.txns.recover()
+        except BaseException:
+            broker.txn_log.close()
+            await offsets.close()
+            await store.close()
+            raise
         broker._sweeper = asyncio.create_task(broker._sweep_loop(), name="group-sweeper")
         return broker
 
@@ -74,6 +92,10 @@ class Broker:
                 self.groups.sweep()
             except Exception:  # the sweeper must survive a bug in one group
                 log.exception("group sweep failed")
+            try:
+                await self.txns.expire()
+            except Exception:
+                log.exception("transaction timeout sweep failed")
             if loop.time() >= next_retention:
                 next_retention = loop.time() + retention_interval
                 try:
@@ -96,5 +118,6 @@ class Broker:
                 await self._sweeper
             self._sweeper = None
         self.groups.close()
+        self.txn_log.close()
         await self.offsets.close()
         await self.store.close()

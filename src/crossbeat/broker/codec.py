@@ -71,10 +71,18 @@ from kafka.protocol.metadata import (
     MetadataResponse,
 )
 from kafka.protocol.producer import (
+    AddOffsetsToTxnRequest,
+    AddOffsetsToTxnResponse,
+    AddPartitionsToTxnRequest,
+    AddPartitionsToTxnResponse,
+    EndTxnRequest,
+    EndTxnResponse,
     InitProducerIdRequest,
     InitProducerIdResponse,
     ProduceRequest,
     ProduceResponse,
+    TxnOffsetCommitRequest,
+    TxnOffsetCommitResponse,
 )
 from kafka.protocol.schemas.fields.codecs.types import UUID
 
@@ -103,7 +111,10 @@ class ApiSpec:
     once Metadata v9+ makes them trust leader epochs. The admin APIs added later are
     answered at every version kafka-python knows (AlterConfigs v0-v2,
     IncrementalAlterConfigs v0-v1, CreatePartitions v0-v3, DeleteRecords v0-v2,
-    OffsetDelete v0, DescribeCluster v0-v2), flexible ones included.
+    OffsetDelete v0, DescribeCluster v0-v2), flexible ones included; so are the
+    transaction APIs clients send (AddPartitionsToTxn v0-v3 — v4+ is the broker-to-broker
+    form —, AddOffsetsToTxn v0-v3, EndTxn v0-v3 — v4+ is KIP-890's transaction
+    version 2 —, TxnOffsetCommit v0-v3).
     kafka-python encodes flexible versions as well as the others; classes it lacks come
     from `crossbeat.broker.schemas`. See `reference/kafka-broker.md`.
     """
@@ -142,6 +153,10 @@ APIS: dict[int, ApiSpec] = {
         _spec(21, DeleteRecordsRequest, DeleteRecordsResponse, 0, 2),
         _spec(22, InitProducerIdRequest, InitProducerIdResponse, 0, 1),
         _spec(23, OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse, 2, 4),
+        _spec(24, AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, 0, 3),
+        _spec(25, AddOffsetsToTxnRequest, AddOffsetsToTxnResponse, 0, 3),
+        _spec(26, EndTxnRequest, EndTxnResponse, 0, 3),
+        _spec(28, TxnOffsetCommitRequest, TxnOffsetCommitResponse, 0, 3),
         _spec(32, DescribeConfigsRequest, DescribeConfigsResponse, 1, 3),
         _spec(33, AlterConfigsRequest, AlterConfigsResponse, 0, 2),
         _spec(37, CreatePartitionsRequest, CreatePartitionsResponse, 0, 3),

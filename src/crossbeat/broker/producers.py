@@ -124,6 +124,15 @@ class ProducerStates:
         entry.batches.append(pending)
         return Verdict(pending=pending)
 
+    def marked(self, stream: Stream, producer_id: int, epoch: int) -> None:
+        """A transaction marker of (producer_id, epoch) was written: a newer epoch (a bump
+        that fenced the producer) replaces the producer's entry, so older epochs are refused
+        and the next batch must start at sequence 0."""
+        state = self._partition(stream)
+        entry = state.get(producer_id)
+        if entry is None or epoch > entry.epoch:
+            state[producer_id] = _ProducerEntry(epoch)
+
     @staticmethod
     def appended(verdict: Verdict, base_offset: int) -> None:
         batch = verdict.pending

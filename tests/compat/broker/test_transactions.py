@@ -1,77 +1,194 @@
-"""Transactions are not supported: transactional producers must fail at once with a reason
-(librdkafka, kafka-python), while idempotent producers keep working."""
+"""Transactions (KIP-98) with confluent-kafka's transactional producer and read_committed /
+read_uncommitted consumers against a real broker: commit, abort, the last stable offset,
+offsets sent to a transaction, fencing, the transaction timeout, and a restart."""
 
 from __future__ import annotations
 
 import time
+import uuid
+from typing import Any
 
 import pytest
-from confluent_kafka import KafkaError, KafkaException, Producer
+from confluent_kafka import IsolationLevel, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, OffsetSpec
 
-from tests.compat.broker.helpers import BrokerProcess, produce_all, read_topic
+from tests.compat.broker.helpers import BrokerProcess, consume_n, create_topic, new_consumer
 
 pytestmark = [pytest.mark.compat, pytest.mark.timeout(120)]
 
-PROMPT = 5.0  # seconds; the clients' own timeouts below are 15 s
+
+def txn_producer(address: str, tid: str, **config: Any) -> Any:
+    producer = Producer({"bootstrap.servers": address, "transactional.id": tid,
+                         "linger.ms": 5, **config})
+    producer.init_transactions(20)
+    return producer
 
 
-def test_librdkafka_init_transactions_fails_fast_with_reason(broker: BrokerProcess) -> None:
-    producer = Producer({"bootstrap.servers": broker.address, "transactional.id": "tx"})
-    started = time.monotonic()
+def produce_txn(producer: Any, topic: str, values: list[bytes], *, commit: bool) -> None:
+    producer.begin_transaction()
+    for value in values:
+        producer.produce(topic, value=value)
+    assert producer.flush(20) == 0  # written, so an abort has something to hide
+    if commit:
+        producer.commit_transaction(20)
+    else:
+        producer.abort_transaction(20)
+
+
+def read_values(address: str, topic: str, n: int, isolation: str, timeout: float = 20) -> list[bytes]:
+    consumer = new_consumer(address, f"r-{uuid.uuid4().hex[:8]}", **{"isolation.level": isolation})
+    consumer.subscribe([topic])
+    try:
+        return [m.value() for m in consume_n(consumer, n, timeout)]
+    finally:
+        consumer.close()
+
+
+def offsets(address: str, topic: str) -> tuple[int, int]:
+    """(last stable offset, high watermark) of partition 0, by ListOffsets."""
+    admin = AdminClient({"bootstrap.servers": address})
+    tp = TopicPartition(topic, 0)
+    out = []
+    for level in (IsolationLevel.READ_COMMITTED, IsolationLevel.READ_UNCOMMITTED):
+        result = admin.list_offsets({tp: OffsetSpec.latest()}, isolation_level=level)
+        out.append(result[tp].result(timeout=20).offset)
+    return out[0], out[1]
+
+
+def wait_for(check: Any, timeout: float = 20) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(0.05)
+
+
+@pytest.fixture
+def topic(broker: BrokerProcess, topic_name: str) -> str:
+    create_topic(broker.address, topic_name, 1)
+    return topic_name
+
+
+def test_commit_shows_and_abort_hides(broker: BrokerProcess, topic: str) -> None:
+    producer = txn_producer(broker.address, "tx-basic")
+    produce_txn(producer, topic, [b"a", b"b"], commit=True)
+    produce_txn(producer, topic, [b"aborted"], commit=False)
+    produce_txn(producer, topic, [b"c"], commit=True)
+    # one partition, in order: "c" comes after the aborted record, so seeing it proves the
+    # aborted one was dropped, not late
+    assert read_values(broker.address, topic, 3, "read_committed") == [b"a", b"b", b"c"]
+    assert read_values(broker.address, topic, 4, "read_uncommitted") == [
+        b"a", b"b", b"aborted", b"c"]
+
+
+def test_open_transaction_holds_the_last_stable_offset(broker: BrokerProcess, topic: str) -> None:
+    first = txn_producer(broker.address, "tx-first")
+    produce_txn(first, topic, [b"first"], commit=True)  # offsets 0, marker 1
+    open_one = txn_producer(broker.address, "tx-open")
+    open_one.begin_transaction()
+    open_one.produce(topic, value=b"pending")  # offset 2
+    assert open_one.flush(20) == 0
+    produce_txn(first, topic, [b"after"], commit=True)  # offset 3, marker 4
+    assert offsets(broker.address, topic) == (2, 5)
+
+    consumer = new_consumer(broker.address, "lso", **{"isolation.level": "read_committed"})
+    consumer.subscribe([topic])
+    try:
+        assert [m.value() for m in consume_n(consumer, 1)] == [b"first"]
+        assert consume_n(consumer, 1, timeout=1) == []  # held at the open transaction
+        open_one.commit_transaction(20)
+        assert offsets(broker.address, topic) == (6, 6)
+        assert [m.value() for m in consume_n(consumer, 2)] == [b"pending", b"after"]
+    finally:
+        consumer.close()
+
+
+def test_offsets_commit_only_with_the_transaction(broker: BrokerProcess, topic: str) -> None:
+    source = f"{topic}-in"
+    create_topic(broker.address, source, 1)
+    plain = Producer({"bootstrap.servers": broker.address})
+    for value in (b"1", b"2", b"3"):
+        plain.produce(source, value=value)
+    assert plain.flush(20) == 0
+    consumer = new_consumer(broker.address, "txg")
+    consumer.subscribe([source])
+    assert len(consume_n(consumer, 3)) == 3
+    tp = TopicPartition(source, 0)
+    producer = txn_producer(broker.address, "tx-offsets")
+    try:
+        for commit in (False, True):
+            producer.begin_transaction()
+            producer.produce(topic, value=b"out")
+            producer.send_offsets_to_transaction(consumer.position([tp]),
+                                                 consumer.consumer_group_metadata(), 20)
+            if commit:
+                producer.commit_transaction(20)
+            else:
+                producer.abort_transaction(20)
+            committed = consumer.committed([tp], timeout=20)[0].offset
+            assert committed == (3 if commit else -1001), (commit, committed)
+    finally:
+        consumer.close()
+
+
+def test_second_producer_fences_the_first(broker: BrokerProcess, topic: str) -> None:
+    zombie = txn_producer(broker.address, "tx-fence")
+    zombie.begin_transaction()
+    zombie.produce(topic, value=b"zombie")
+    assert zombie.flush(20) == 0
+    successor = txn_producer(broker.address, "tx-fence")  # aborts the zombie's transaction
     with pytest.raises(KafkaException) as raised:
-        producer.init_transactions(15)
-    assert time.monotonic() - started < PROMPT
-    error: KafkaError = raised.value.args[0]
-    assert error.code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
-    assert error.fatal() and not error.retriable()
-    assert "transactions are not supported by this broker" in error.str()
+        zombie.commit_transaction(20)
+    assert raised.value.args[0].fatal()
+    produce_txn(successor, topic, [b"successor"], commit=True)
+    assert read_values(broker.address, topic, 1, "read_committed") == [b"successor"]
+    assert read_values(broker.address, topic, 2, "read_uncommitted") == [b"zombie", b"successor"]
 
 
-def test_kafka_python_init_transactions_fails_fast(broker: BrokerProcess) -> None:
-    from kafka import KafkaProducer
-    from kafka.errors import TransactionalIdAuthorizationFailedError
-
-    producer = KafkaProducer(bootstrap_servers=broker.address, transactional_id="tx",
-                             max_block_ms=15000)
-    try:
-        started = time.monotonic()
-        with pytest.raises(TransactionalIdAuthorizationFailedError):
-            producer.init_transactions()
-        assert time.monotonic() - started < PROMPT
-    finally:
-        producer.close(timeout=5)
+def test_transaction_left_open_times_out(broker: BrokerProcess, topic: str) -> None:
+    producer = txn_producer(broker.address, "tx-slow", **{"transaction.timeout.ms": 1000})
+    producer.begin_transaction()
+    producer.produce(topic, value=b"too slow")
+    assert producer.flush(20) == 0
+    wait_for(lambda: offsets(broker.address, topic) == (2, 2))  # aborted: marker at 1
+    with pytest.raises(KafkaException):
+        producer.commit_transaction(20)
+    other = txn_producer(broker.address, "tx-other")
+    produce_txn(other, topic, [b"later"], commit=True)
+    assert read_values(broker.address, topic, 1, "read_committed") == [b"later"]
 
 
-def test_init_producer_id_with_transactional_id_is_refused(broker: BrokerProcess) -> None:
-    """A client that asks InitProducerId for a transactional id without looking up a
-    coordinator gets the same fatal code; without one it gets a producer id."""
-    from kafka import KafkaAdminClient
-    from kafka.protocol.producer import InitProducerIdRequest
-
-    admin = KafkaAdminClient(bootstrap_servers=broker.address)
-    try:
-        async def init(transactional_id: str | None) -> tuple[int, int]:
-            request = InitProducerIdRequest(transactional_id=transactional_id,
-                                            transaction_timeout_ms=60000, max_version=1)
-            response = await admin._manager.send(request, node_id=0)
-            return response.error_code, response.producer_id
-
-        assert admin._manager.run(init, "tx") == (
-            KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, -1)
-        error, producer_id = admin._manager.run(init, None)
-        assert error == 0 and producer_id >= 0
-    finally:
-        admin.close()
+def test_restart_aborts_open_and_keeps_committed(broker: BrokerProcess, topic: str) -> None:
+    kept = txn_producer(broker.address, "tx-kept")
+    produce_txn(kept, topic, [b"kept"], commit=True)
+    open_one = txn_producer(broker.address, "tx-crash")
+    open_one.begin_transaction()
+    open_one.produce(topic, value=b"lost")
+    assert open_one.flush(20) == 0
+    broker.kill()
+    broker.start()
+    assert offsets(broker.address, topic) == (4, 4)  # kept, marker, lost, abort marker
+    later = txn_producer(broker.address, "tx-crash")
+    produce_txn(later, topic, [b"later"], commit=True)
+    assert read_values(broker.address, topic, 2, "read_committed") == [b"kept", b"later"]
+    assert read_values(broker.address, topic, 3, "read_uncommitted") == [
+        b"kept", b"lost", b"later"]
 
 
-def test_idempotent_producers_still_work(broker: BrokerProcess, topic_name: str) -> None:
+def test_kafka_python_transactional_producer(broker: BrokerProcess, topic: str) -> None:
     from kafka import KafkaProducer
 
-    produce_all(broker.address, topic_name, [(None, b"rdkafka")], **{"enable.idempotence": True})
-    producer = KafkaProducer(bootstrap_servers=broker.address, enable_idempotence=True, acks="all")
+    producer = KafkaProducer(bootstrap_servers=broker.address, transactional_id="tx-kp",
+                             max_block_ms=20000)
     try:
-        producer.send(topic_name, b"kafka-python").get(timeout=20)
+        producer.init_transactions()
+        for value, commit in ((b"dropped", False), (b"kept", True)):
+            producer.begin_transaction()
+            producer.send(topic, value).get(timeout=20)
+            if commit:
+                producer.commit_transaction()
+            else:
+                producer.abort_transaction()
     finally:
         producer.close(timeout=5)
-    assert sorted(m.value() for m in read_topic(broker.address, topic_name, 2)) == [
-        b"kafka-python", b"rdkafka"]
+    assert read_values(broker.address, topic, 1, "read_committed") == [b"kept"]
+    assert read_values(broker.address, topic, 2, "read_uncommitted") == [b"dropped", b"kept"]

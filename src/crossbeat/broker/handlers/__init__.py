@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from crossbeat.broker.handlers import (
+    add_offsets_to_txn,
+    add_partitions_to_txn,
     alter_configs,
     api_versions,
     consumer_group_describe,
@@ -15,6 +17,7 @@ from crossbeat.broker.handlers import (
     describe_cluster,
     describe_configs,
     describe_groups,
+    end_txn,
     fetch,
     find_coordinator,
     heartbeat,
@@ -31,6 +34,7 @@ from crossbeat.broker.handlers import (
     offset_for_leader_epoch,
     produce,
     sync_group,
+    txn_offset_commit,
 )
 from crossbeat.broker.handlers.context import Context, Handler
 
@@ -54,6 +58,10 @@ HANDLERS: dict[int, Handler] = {
     21: delete_records.handle,
     22: init_producer_id.handle,
     23: offset_for_leader_epoch.handle,
+    24: add_partitions_to_txn.handle,
+    25: add_offsets_to_txn.handle,
+    26: end_txn.handle,
+    28: txn_offset_commit.handle,
     32: describe_configs.handle,
     33: alter_configs.handle,
     37: create_partitions.handle,

@@ -29,6 +29,7 @@ async def handle(ctx: Context, req: Any) -> Any:
         if topic is not None:
             for index in range(len(topic.partitions)):
                 broker.producers.forget(stream_name(name, index))
+                broker.partition_txns.forget(stream_name(name, index))
         results.append(_Result(name=name, error_code=int(code)))
     for name in req.topic_names:
         for group, entries in broker.offsets.forget_topic(name):

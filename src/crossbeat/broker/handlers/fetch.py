@@ -4,10 +4,17 @@ passes; stored batches are returned verbatim.
 Sizes follow KIP-74: each partition gets at most `partition_max_bytes` and the response
 at most `max_bytes`, except that the first batch of the first partition with data is
 always returned whole (else a consumer could never get past a large batch). Only durable
-batches are served (the high watermark is the store's `end_offset`), so
-last_stable_offset = high watermark, aborted_transactions is null (no transactions),
-there are no fetch sessions (session id 0) and no follower reads (preferred replica -1).
-An unknown partition or an offset outside [log start, high watermark] answers at once.
+batches are served (the high watermark is the store's `end_offset`). There are no fetch
+sessions (session id 0) and no follower reads (preferred replica -1). An unknown partition
+or an offset outside [log start, high watermark] answers at once.
+
+Transactions (KIP-98): last_stable_offset is the first offset of the partition's earliest
+open transaction, else the high watermark (`crossbeat.broker.partition_txns`). With
+isolation_level 1 (read_committed) only batches below it are returned, with the aborted
+transactions (producer id, first offset) overlapping the returned range, from which the
+client drops aborted records; control batches are returned as stored (clients skip them).
+With read_uncommitted everything up to the high watermark is returned and
+aborted_transactions is null.
 """
 
 from __future__ import annotations
@@ -25,12 +32,23 @@ from crossbeat.stream.errors import OffsetOutOfRange, StreamError
 
 _Topic = FetchResponse.FetchableTopicResponse
 _Partition = _Topic.PartitionData
+_Aborted = _Partition.AbortedTransaction
 
+
+
+def _below(chunks: list[Any], offset: int) -> list[Any]:
+    """The leading batches (one per chunk) whose base offset is below `offset`."""
+    for i, chunk in enumerate(chunks):
+        if int.from_bytes(chunk[:8], "big", signed=True) >= offset:
+            return chunks[:i]
+    return chunks
 
 
 def _collect(ctx: Context, req: Any) -> tuple[list[Any], int, bool, list[tuple[Stream, int]]]:
     """One pass over the requested partitions: (topic responses, bytes, any error, waitables)."""
     topics = ctx.broker.topics
+    txns = ctx.broker.partition_txns
+    committed_only = req.isolation_level == 1
     budget = req.max_bytes if ctx.version >= 3 else 2**31 - 1
     used = 0
     errors = False
@@ -41,14 +59,25 @@ def _collect(ctx: Context, req: Any) -> tuple[list[Any], int, bool, list[tuple[S
         for p in t.partitions:
             stream = topics.partition(t.topic, p.partition)
             code, hw, start, records = ErrorCode.NONE, -1, -1, b""
+            lso, aborted = -1, None
             if stream is None:
                 code, errors = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, True
             else:
                 hw, start = stream.end_offset, stream.start_offset
                 limit = min(p.partition_max_bytes, budget - used)
                 try:
+                    index = txns.get(stream) if committed_only else txns.peek(stream.name)
+                    lso = hw if index is None else index.last_stable_offset(hw)
+                    if committed_only:
+                        aborted = []
                     if limit > 0 or used == 0:
                         chunks = stream.read(p.fetch_offset, max(limit, 1))
+                        if committed_only:
+                            chunks = _below(chunks, lso)
+                            if chunks and index is not None:
+                                aborted = [
+                                    _Aborted(producer_id=a.producer_id, first_offset=a.first_offset)
+                                    for a in index.aborted_overlapping(p.fetch_offset, lso)]
                         size = sum(len(c) for c in chunks)
                         if chunks and (used == 0 or size <= limit):
                             records = b"".join(chunks)
@@ -60,7 +89,7 @@ def _collect(ctx: Context, req: Any) -> tuple[list[Any], int, bool, list[tuple[S
                     code, errors = ErrorCode.KAFKA_STORAGE_ERROR, True
             parts.append(_Partition(
                 partition_index=p.partition, error_code=int(code), high_watermark=hw,
-                last_stable_offset=hw, log_start_offset=start, aborted_transactions=None,
+                last_stable_offset=lso, log_start_offset=start, aborted_transactions=aborted,
                 preferred_read_replica=-1, records=records,
             ))
         out.append(_Topic(topic=t.topic, partitions=parts))

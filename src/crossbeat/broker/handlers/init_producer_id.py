@@ -1,10 +1,10 @@
-"""InitProducerId (22): a fresh producer id (epoch 0) for an idempotent producer.
+"""InitProducerId (22): a producer id and epoch.
 
-Transactional ids are refused: this broker has no transaction coordinator. Clients never
-get here with one (their coordinator lookup already fails, see find_coordinator.py); one
-that does gets the same TRANSACTIONAL_ID_AUTHORIZATION_FAILED (53), which librdkafka and
-kafka-python treat as fatal (INVALID_REQUEST, answered before, librdkafka retried until its
-timeout).
+Without a transactional id: a fresh producer id, epoch 0 (an idempotent producer). With
+one: the transaction coordinator's answer (`TxnCoordinator.init_producer_id`): a new id
+for a new transactional id, else its producer id with the epoch bumped, which fences the
+previous producer and aborts its open transaction; a timeout above the broker's maximum is
+INVALID_TRANSACTION_TIMEOUT.
 """
 
 from __future__ import annotations
@@ -22,9 +22,10 @@ log = logging.getLogger(__name__)
 
 async def handle(ctx: Context, req: Any) -> Any:
     if req.transactional_id is not None:
-        return InitProducerIdResponse(
-            throttle_time_ms=0, error_code=int(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED),
-            producer_id=-1, producer_epoch=-1)
+        code, pid, epoch = await ctx.broker.txns.init_producer_id(
+            req.transactional_id, req.transaction_timeout_ms)
+        return InitProducerIdResponse(throttle_time_ms=0, error_code=int(code),
+                                      producer_id=pid, producer_epoch=epoch)
     try:
         pid = await ctx.broker.producer_ids.allocate()
     except OSError as exc:

@@ -2,7 +2,8 @@
 
 By timestamp: the store finds the first batch whose maxTimestamp >= the target; the
 answer is refined to the first record of that batch with timestamp >= target, as Kafka
-does. No such record: offset -1, timestamp -1.
+does. No such record: offset -1, timestamp -1. With isolation_level 1 (read_committed,
+v2+) latest is the last stable offset (`crossbeat.broker.partition_txns`).
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ def _by_timestamp(stream: Stream, ts: int) -> tuple[int, int]:
 
 async def handle(ctx: Context, req: Any) -> Any:
     topics = ctx.broker.topics
+    committed_only = ctx.version >= 2 and req.isolation_level == 1
     out = []
     for t in req.topics:
         parts = []
@@ -57,7 +59,9 @@ async def handle(ctx: Context, req: Any) -> Any:
             else:
                 epoch = leader_epoch(stream)
                 try:
-                    if p.timestamp == LATEST:
+                    if p.timestamp == LATEST and committed_only:
+                        offset = ctx.broker.partition_txns.last_stable_offset(stream)
+                    elif p.timestamp == LATEST:
                         offset = stream.end_offset
                     elif p.timestamp == EARLIEST:
                         offset = stream.start_offset

@@ -22,6 +22,14 @@ than the broker's `max_decompressed_batch_bytes` — or, for `uncompressed`, tha
 `max.message.bytes`, since the rebuilt batch would be that large — is MESSAGE_TOO_LARGE too,
 found before more than that was decompressed. With `producer`, the default, batches are
 stored as produced, unread.
+
+Transactions (KIP-98): a transactional batch is accepted only from the producer (id and
+epoch) of an open transaction of the request's transactional id that holds the partition
+(AddPartitionsToTxn): an older epoch is INVALID_PRODUCER_EPOCH, anything else
+INVALID_TXN_STATE; transactional requests need acks=all (INVALID_REQUIRED_ACKS). The
+partition's transaction index (`crossbeat.broker.partition_txns`) holds the last stable
+offset at the batch before it can become visible. Control batches are written by the
+transaction coordinator only: a client's is INVALID_RECORD.
 """
 
 from __future__ import annotations
@@ -79,7 +87,7 @@ def _set_log_append_time(buf: bytearray, now_ms: int) -> None:
 
 
 async def produce_one(ctx: Context, topic_name: str, index: int, records: Any,
-                      acks: int) -> Outcome:
+                      acks: int, transactional_id: str | None = None) -> Outcome:
     """Validate and append one partition's batch; never raises for bad input."""
     broker = ctx.broker
     topic = broker.topics.get(topic_name)
@@ -103,8 +111,8 @@ async def produce_one(ctx: Context, topic_name: str, index: int, records: Any,
     limit = int(topic.configs.get("max.message.bytes", broker.settings.max_message_bytes))
     if len(records) > limit:
         return _fail(ErrorCode.MESSAGE_TOO_LARGE, f"batch of {len(records)} bytes > {limit}")
-    if header.is_transactional or header.is_control:
-        return _fail(ErrorCode.INVALID_RECORD, "transactional and control batches are not supported")
+    if header.is_control:
+        return _fail(ErrorCode.INVALID_RECORD, "control batches are written by the broker only")
     if header.compression > _MAX_COMPRESSION:
         return _fail(ErrorCode.CORRUPT_MESSAGE, f"unknown compression codec {header.compression}")
     buf: bytearray | None = None
@@ -138,6 +146,18 @@ async def produce_one(ctx: Context, topic_name: str, index: int, records: Any,
             return _fail(ErrorCode.MESSAGE_TOO_LARGE,
                          f"recompressed batch of {len(buf)} bytes > {limit}")
 
+    txn_index = None
+    if header.is_transactional:
+        # no await from here to the append: a marker ending the transaction is appended
+        # either before this check (which then refuses) or after this batch
+        code = broker.txns.verify_produce(transactional_id, header.producer_id,
+                                          header.producer_epoch, (topic_name, index))
+        if code:
+            return _fail(code)
+        try:
+            txn_index = broker.partition_txns.get(stream)
+        except StreamError as exc:
+            return _fail(ErrorCode.KAFKA_STORAGE_ERROR, str(exc))
     verdict: Verdict = broker.producers.check(stream, header)
     if verdict.error:
         return _fail(verdict.error)
@@ -153,6 +173,8 @@ async def produce_one(ctx: Context, topic_name: str, index: int, records: Any,
 
     if buf is None:
         buf = bytearray(records)
+    lower_bound = stream.log_end_offset
+    began = txn_index is not None and txn_index.begin(header.producer_id, lower_bound)
     append_time = -1
     if topic.log_append_time:
         append_time = int(time.time() * 1000)
@@ -170,6 +192,8 @@ async def produce_one(ctx: Context, topic_name: str, index: int, records: Any,
         log.error("produce to %s-%d failed: %s", topic_name, index, exc)
         return _fail(ErrorCode.KAFKA_STORAGE_ERROR, str(exc))
     broker.producers.appended(verdict, base)
+    if began and txn_index is not None:
+        txn_index.started(header.producer_id, lower_bound, base)
     return (ErrorCode.NONE, base, append_time, stream.start_offset, None)
 
 
@@ -177,17 +201,16 @@ async def handle(ctx: Context, req: Any) -> Any:
     acks = req.acks
     jobs: list[tuple[str, int]] = []
     outcomes: list[Outcome]
-    if req.transactional_id is not None or acks not in (0, 1, -1):
-        refusal = (ErrorCode.INVALID_REQUIRED_ACKS if acks not in (0, 1, -1)
-                   else ErrorCode.INVALID_REQUEST)
+    if acks not in (0, 1, -1) or (req.transactional_id is not None and acks != -1):
         jobs = [(t.name, p.index) for t in req.topic_data for p in t.partition_data]
-        outcomes = [_fail(refusal) for _ in jobs]
+        outcomes = [_fail(ErrorCode.INVALID_REQUIRED_ACKS) for _ in jobs]
     else:
         coros = []
         for t in req.topic_data:
             for p in t.partition_data:
                 jobs.append((t.name, p.index))
-                coros.append(produce_one(ctx, t.name, p.index, p.records, acks))
+                coros.append(produce_one(ctx, t.name, p.index, p.records, acks,
+                                         req.transactional_id))
         # one partition: no task at all; several: gather starts them in creation order,
         # so appends are queued in request order
         outcomes = [await coros[0]] if len(coros) == 1 else list(await asyncio.gather(*coros))

@@ -1,0 +1,310 @@
+"""The transaction coordinator (KIP-98) of this single-node broker.
+
+Every transactional id has a producer id and epoch, a timeout and a state::
+
+    Empty / CompleteCommit / CompleteAbort --AddPartitions/AddOffsets--> Ongoing
+    Ongoing --EndTxn--> PrepareCommit | PrepareAbort --markers written--> Complete*
+
+Each change is written to the transaction log (`txn_log.py`, fsynced) before it is acted
+on or answered. Ending a transaction: the Prepare state is made durable (the decision),
+then a COMMIT/ABORT control batch is appended durably to every partition of the
+transaction, then (commit only) the offsets staged by TxnOffsetCommit are committed to
+their groups, then the Complete state is written; EndTxn is answered after all of it.
+A crash in between is finished at the next open (`recover`): a PrepareCommit is committed
+again (repeated markers and offsets are harmless), anything else open is aborted.
+
+Fencing: InitProducerId for a known id bumps its epoch (aborting its open transaction with
+the new epoch first), so requests with the older epoch get PRODUCER_FENCED (the handlers
+answer INVALID_PRODUCER_EPOCH to request versions that predate it). A transaction open
+longer than its timeout is aborted by `expire` with a bumped epoch, as Kafka does, which
+fences the producer that let it time out. Operations on one id are serialised by a lock.
+
+A transaction still open when the broker stops is aborted when it restarts (with a bumped
+epoch), not left to time out: its producer's connection ended with the broker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from crossbeat.broker.control_batch import control_batch
+from crossbeat.broker.errors import ErrorCode
+from crossbeat.broker.offsets import Entry
+from crossbeat.stream.errors import StreamError
+
+if TYPE_CHECKING:
+    from crossbeat.broker.broker import Broker
+
+log = logging.getLogger(__name__)
+
+EMPTY, ONGOING = "Empty", "Ongoing"
+PREPARE_COMMIT, PREPARE_ABORT = "PrepareCommit", "PrepareAbort"
+COMPLETE_COMMIT, COMPLETE_ABORT = "CompleteCommit", "CompleteAbort"
+_IDLE = (EMPTY, COMPLETE_COMMIT, COMPLETE_ABORT)
+MAX_EPOCH = 32766  # Kafka bumps to a new producer id rather than reach Short.MAX_VALUE
+
+Partition = tuple[str, int]
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass
+class Txn:
+    """One transactional id's state (what the transaction log holds)."""
+
+    tid: str
+    pid: int
+    epoch: int
+    timeout_ms: int
+    state: str = EMPTY
+    partitions: set[Partition] = field(default_factory=set)
+    groups: set[str] = field(default_factory=set)
+    offsets: dict[str, dict[Partition, tuple[int | None, int, str | None]]] = field(default_factory=dict)
+    started_ms: int = 0
+
+    def doc(self) -> dict[str, Any]:
+        return {
+            "tid": self.tid, "pid": self.pid, "epoch": self.epoch, "timeout": self.timeout_ms,
+            "state": self.state, "parts": sorted([t, p] for t, p in self.partitions),
+            "groups": sorted(self.groups), "start": self.started_ms,
+            "offsets": {g: [[t, p, *v] for (t, p), v in o.items()]
+                        for g, o in self.offsets.items()},
+        }
+
+    @classmethod
+    def from_doc(cls, doc: dict[str, Any]) -> Txn:
+        return cls(
+            tid=doc["tid"], pid=int(doc["pid"]), epoch=int(doc["epoch"]),
+            timeout_ms=int(doc["timeout"]), state=doc["state"],
+            partitions={(t, int(p)) for t, p in doc["parts"]}, groups=set(doc["groups"]),
+            offsets={g: {(t, int(p)): (int(o), int(e), m) for t, p, o, e, m in entries}
+                     for g, entries in doc["offsets"].items()},
+            started_ms=int(doc["start"]),
+        )
+
+
+class TxnCoordinator:
+    """Transactional ids, their transactions, and the markers that end them."""
+
+    def __init__(self, broker: Broker, docs: dict[str, dict[str, Any]],
+                 max_timeout_ms: int) -> None:
+        self._broker = broker
+        self._max_timeout_ms = max_timeout_ms
+        self._txns = {tid: Txn.from_doc(doc) for tid, doc in docs.items()}
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    def _lock(self, tid: str) -> asyncio.Lock:
+        return self._locks.setdefault(tid, asyncio.Lock())
+
+    async def _save(self, txn: Txn) -> None:
+        await self._broker.txn_log.write(txn.doc())
+
+    # -- recovery and timeouts -------------------------------------------------------------
+    async def recover(self) -> None:
+        """Finish what the last run left: PrepareCommit is committed, any other open
+        transaction aborted (markers, offsets, Complete state). One that cannot be finished
+        now (a storage error, logged) stays in its Prepare state for `expire` to retry."""
+        for txn in list(self._txns.values()):
+            async with self._lock(txn.tid):
+                try:
+                    if txn.state == PREPARE_COMMIT:
+                        await self._complete(txn)
+                    elif txn.state in (ONGOING, PREPARE_ABORT):
+                        log.info("aborting transaction of %r left open by the previous run",
+                                 txn.tid)
+                        await self._abort_fencing(txn)
+                except (OSError, StreamError) as exc:
+                    log.error("cannot finish the transaction of %r: %s", txn.tid, exc)
+
+    async def expire(self, now_ms: int | None = None) -> None:
+        """Abort (with a bumped epoch) every transaction open longer than its timeout, and
+        retry finishing those a storage error left in a Prepare state."""
+        now = _now_ms() if now_ms is None else now_ms
+        for txn in list(self._txns.values()):
+            timed_out = txn.state == ONGOING and now - txn.started_ms > txn.timeout_ms
+            if not timed_out and txn.state not in (PREPARE_COMMIT, PREPARE_ABORT):
+                continue
+            async with self._lock(txn.tid):
+                try:
+                    if txn.state in (PREPARE_COMMIT, PREPARE_ABORT):
+                        await self._complete(txn)
+                    elif txn.state == ONGOING and now - txn.started_ms > txn.timeout_ms:
+                        log.info("transaction of %r timed out after %d ms: aborting",
+                                 txn.tid, txn.timeout_ms)
+                        await self._abort_fencing(txn)
+                except (OSError, StreamError) as exc:
+                    log.error("cannot finish the transaction of %r: %s", txn.tid, exc)
+
+    async def _abort_fencing(self, txn: Txn) -> None:
+        await self._bump(txn)
+        txn.state = PREPARE_ABORT
+        await self._save(txn)
+        await self._complete(txn)
+
+    async def _bump(self, txn: Txn) -> None:
+        if txn.epoch >= MAX_EPOCH:
+            txn.pid, txn.epoch = await self._broker.producer_ids.allocate(), 0
+        else:
+            txn.epoch += 1
+
+    async def _complete(self, txn: Txn) -> None:
+        """Write the markers of a Prepare state, apply or drop staged offsets, and make the
+        Complete state durable. Raises StreamError or OSError (the state stays Prepare*)."""
+        commit = txn.state == PREPARE_COMMIT
+        await asyncio.gather(*(self._mark(txn, topic, index, commit)
+                               for topic, index in sorted(txn.partitions)))
+        if commit:
+            for group, offsets in txn.offsets.items():
+                entries: list[Entry] = [(t, p, o, e, m) for (t, p), (o, e, m) in offsets.items()]
+                await self._broker.offsets.commit(group, entries)
+        txn.state = COMPLETE_COMMIT if commit else COMPLETE_ABORT
+        txn.partitions, txn.groups, txn.offsets = set(), set(), {}
+        await self._save(txn)
+
+    async def _mark(self, txn: Txn, topic: str, index: int, commit: bool) -> None:
+        b = self._broker
+        stream = b.topics.partition(topic, index)
+        if stream is None:  # deleted since: nothing to mark
+            return
+        txns = b.partition_txns.get(stream)  # before the append: a rebuild must not see it
+        offset = await stream.append(control_batch(txn.pid, txn.epoch, commit, _now_ms()))
+        txns.end(txn.pid, offset, commit)
+        b.producers.marked(stream, txn.pid, txn.epoch)
+
+    # -- requests --------------------------------------------------------------------------
+    def _check(self, tid: str, pid: int, epoch: int) -> tuple[Txn | None, ErrorCode]:
+        txn = self._txns.get(tid)
+        if txn is None or txn.pid != pid:
+            return None, ErrorCode.INVALID_PRODUCER_ID_MAPPING
+        if epoch != txn.epoch:
+            return None, ErrorCode.PRODUCER_FENCED
+        return txn, ErrorCode.NONE
+
+    async def init_producer_id(self, tid: str, timeout_ms: int) -> tuple[ErrorCode, int, int]:
+        """(error, producer id, epoch) for a transactional producer starting up: a new id,
+        or the id's producer with its epoch bumped (fencing the previous one, whose open
+        transaction is aborted first)."""
+        if not 0 < timeout_ms <= self._max_timeout_ms:
+            return ErrorCode.INVALID_TRANSACTION_TIMEOUT, -1, -1
+        async with self._lock(tid):
+            txn = self._txns.get(tid)
+            try:
+                if txn is None:
+                    pid = await self._broker.producer_ids.allocate()
+                    txn = Txn(tid, pid, 0, timeout_ms)
+                else:
+                    if txn.state == PREPARE_COMMIT:
+                        await self._complete(txn)
+                    elif txn.state in (ONGOING, PREPARE_ABORT):
+                        await self._abort_fencing(txn)
+                    await self._bump(txn)
+                    txn.timeout_ms = timeout_ms
+                    txn.state = EMPTY
+                await self._save(txn)
+            except (OSError, StreamError) as exc:
+                log.error("InitProducerId for %r failed: %s", tid, exc)
+                return ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, -1
+            self._txns[tid] = txn
+            return ErrorCode.NONE, txn.pid, txn.epoch
+
+    def _begin(self, txn: Txn) -> ErrorCode:
+        if txn.state in _IDLE:
+            txn.state, txn.started_ms = ONGOING, _now_ms()
+        elif txn.state != ONGOING:
+            return ErrorCode.CONCURRENT_TRANSACTIONS
+        return ErrorCode.NONE
+
+    async def add_partitions(self, tid: str, pid: int, epoch: int,
+                             partitions: list[Partition]) -> dict[Partition, ErrorCode]:
+        """Add partitions to the id's transaction (starting one): an error per partition
+        (an unknown one fails the request: the others get OPERATION_NOT_ATTEMPTED)."""
+        async with self._lock(tid):
+            txn, code = self._check(tid, pid, epoch)
+            if txn is not None:
+                unknown = [p for p in partitions if self._broker.topics.partition(*p) is None]
+                if unknown:
+                    return {p: (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if p in unknown
+                                else ErrorCode.OPERATION_NOT_ATTEMPTED) for p in partitions}
+                code = await self._change(txn, lambda: txn.partitions.update(partitions))
+            return dict.fromkeys(partitions, code)
+
+    async def _change(self, txn: Txn, apply: Any) -> ErrorCode:
+        before = txn.doc()
+        code = self._begin(txn)
+        if code:
+            return code
+        apply()
+        if txn.doc() != before:
+            try:
+                await self._save(txn)
+            except OSError as exc:
+                log.error("transaction log write for %r failed: %s", txn.tid, exc)
+                restored = Txn.from_doc(before)
+                txn.__dict__.update(restored.__dict__)
+                return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        return ErrorCode.NONE
+
+    async def add_offsets(self, tid: str, pid: int, epoch: int, group: str) -> ErrorCode:
+        """Add a consumer group to the id's transaction (its offsets commit with it)."""
+        async with self._lock(tid):
+            txn, code = self._check(tid, pid, epoch)
+            if txn is None:
+                return code
+            return await self._change(txn, lambda: txn.groups.add(group))
+
+    async def stage_offsets(self, tid: str, pid: int, epoch: int, group: str,
+                            entries: list[Entry]) -> ErrorCode:
+        """TxnOffsetCommit: stage (durably) offsets that the group gets if the transaction
+        commits."""
+        async with self._lock(tid):
+            txn, code = self._check(tid, pid, epoch)
+            if txn is None:
+                return code
+            if txn.state != ONGOING or group not in txn.groups:
+                return ErrorCode.INVALID_TXN_STATE
+
+            def apply() -> None:
+                staged = txn.offsets.setdefault(group, {})
+                for t, p, o, e, m in entries:
+                    staged[(t, p)] = (o, e, m)
+            return await self._change(txn, apply)
+
+    async def end_txn(self, tid: str, pid: int, epoch: int, commit: bool) -> ErrorCode:
+        """Commit or abort the id's transaction; answered once it is complete."""
+        async with self._lock(tid):
+            txn, code = self._check(tid, pid, epoch)
+            if txn is None:
+                return code
+            done = COMPLETE_COMMIT if commit else COMPLETE_ABORT
+            if txn.state == done:
+                return ErrorCode.NONE  # a retry of the EndTxn that completed it
+            if txn.state != ONGOING and txn.state != (PREPARE_COMMIT if commit else PREPARE_ABORT):
+                return ErrorCode.INVALID_TXN_STATE
+            try:
+                if txn.state == ONGOING:
+                    txn.state = PREPARE_COMMIT if commit else PREPARE_ABORT
+                    await self._save(txn)
+                await self._complete(txn)
+            except (OSError, StreamError) as exc:
+                log.error("ending the transaction of %r failed: %s", tid, exc)
+                return ErrorCode.COORDINATOR_NOT_AVAILABLE
+            return ErrorCode.NONE
+
+    def verify_produce(self, tid: str | None, pid: int, epoch: int,
+                       partition: Partition) -> ErrorCode:
+        """May a transactional batch of (pid, epoch) go to `partition`? Only while the
+        producer's transaction is open and holds that partition."""
+        txn = self._txns.get(tid) if tid is not None else None
+        if txn is None or txn.pid != pid:
+            return ErrorCode.INVALID_TXN_STATE if txn is None else ErrorCode.INVALID_PRODUCER_ID_MAPPING
+        if epoch < txn.epoch:
+            return ErrorCode.INVALID_PRODUCER_EPOCH
+        if epoch > txn.epoch or txn.state != ONGOING or partition not in txn.partitions:
+            return ErrorCode.INVALID_TXN_STATE
+        return ErrorCode.NONE
