@@ -75,6 +75,7 @@ class ErrorCode(IntEnum):
     INVALID_REGULAR_EXPRESSION = 128
     GROUP_SUBSCRIBED_TO_TOPIC = 86
     INVALID_RECORD = 87
+    UNSTABLE_OFFSET_COMMIT = 88
 
 
 class BrokerError(CrossbeatError):

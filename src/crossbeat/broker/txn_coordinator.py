@@ -296,6 +296,16 @@ class TxnCoordinator:
                 return ErrorCode.COORDINATOR_NOT_AVAILABLE
             return ErrorCode.NONE
 
+    def pending_offsets(self, group: str) -> set[Partition]:
+        """The partitions of `group` whose offsets a transaction has staged and not yet
+        committed or dropped (it is Ongoing or Prepare*): OffsetFetch with require_stable
+        answers UNSTABLE_OFFSET_COMMIT for them."""
+        pending: set[Partition] = set()
+        for txn in self._txns.values():
+            if txn.state not in _IDLE:
+                pending.update(txn.offsets.get(group, ()))
+        return pending
+
     def verify_produce(self, tid: str | None, pid: int, epoch: int,
                        partition: Partition) -> ErrorCode:
         """May a transactional batch of (pid, epoch) go to `partition`? Only while the

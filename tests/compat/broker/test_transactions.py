@@ -192,3 +192,33 @@ def test_kafka_python_transactional_producer(broker: BrokerProcess, topic: str) 
         producer.close(timeout=5)
     assert read_values(broker.address, topic, 1, "read_committed") == [b"kept"]
     assert read_values(broker.address, topic, 2, "read_uncommitted") == [b"dropped", b"kept"]
+
+
+def test_read_committed_member_waits_for_offsets_of_an_open_transaction(
+        broker: BrokerProcess, topic: str) -> None:
+    source = f"{topic}-in"
+    create_topic(broker.address, source, 1)
+    plain = Producer({"bootstrap.servers": broker.address})
+    for i in range(8):
+        plain.produce(source, value=b"%d" % i)
+    assert plain.flush(20) == 0
+    first = new_consumer(broker.address, "stable")
+    first.subscribe([source])
+    assert len(consume_n(first, 8)) == 8
+    first.commit(offsets=[TopicPartition(source, 0, 2)], asynchronous=False)
+    producer = txn_producer(broker.address, "tx-stable")
+    producer.begin_transaction()
+    producer.produce(topic, value=b"out")
+    producer.send_offsets_to_transaction([TopicPartition(source, 0, 5)],
+                                         first.consumer_group_metadata(), 20)
+    first.close()
+    # librdkafka sends require_stable for read_committed: offset 2 must not be handed out
+    # while the transaction that replaces it with 5 is open
+    second = new_consumer(broker.address, "stable", **{"isolation.level": "read_committed"})
+    second.subscribe([source])
+    try:
+        assert consume_n(second, 1, timeout=3) == []
+        producer.commit_transaction(20)
+        assert [m.offset() for m in consume_n(second, 1)] == [5]
+    finally:
+        second.close()
