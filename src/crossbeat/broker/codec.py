@@ -35,10 +35,14 @@ from kafka.protocol.admin import (
     DescribeConfigsResponse,
     DescribeGroupsRequest,
     DescribeGroupsResponse,
+    DescribeTransactionsRequest,
+    DescribeTransactionsResponse,
     IncrementalAlterConfigsRequest,
     IncrementalAlterConfigsResponse,
     ListGroupsRequest,
     ListGroupsResponse,
+    ListTransactionsRequest,
+    ListTransactionsResponse,
 )
 from kafka.protocol.consumer import (
     FetchRequest,
@@ -114,7 +118,8 @@ class ApiSpec:
     OffsetDelete v0, DescribeCluster v0-v2), flexible ones included; so are the
     transaction APIs clients send (AddPartitionsToTxn v0-v3 — v4+ is the broker-to-broker
     form —, AddOffsetsToTxn v0-v3, EndTxn v0-v3 — v4+ is KIP-890's transaction
-    version 2 —, TxnOffsetCommit v0-v3).
+    version 2 —, TxnOffsetCommit v0-v3), and the admin ones, DescribeTransactions v0 and
+    ListTransactions v0-v1 (v2 filters by a Java regular expression).
     kafka-python encodes flexible versions as well as the others; classes it lacks come
     from `crossbeat.broker.schemas`. See `reference/kafka-broker.md`.
     """
@@ -164,6 +169,8 @@ APIS: dict[int, ApiSpec] = {
         _spec(44, IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse, 0, 1),
         _spec(47, OffsetDeleteRequest, OffsetDeleteResponse, 0, 0),
         _spec(60, DescribeClusterRequest, DescribeClusterResponse, 0, 2),
+        _spec(65, DescribeTransactionsRequest, DescribeTransactionsResponse, 0, 0),
+        _spec(66, ListTransactionsRequest, ListTransactionsResponse, 0, 1),
         _spec(68, ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse, 0, 1),
         _spec(69, ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse, 0, 0),
     )

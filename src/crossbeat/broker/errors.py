@@ -76,6 +76,7 @@ class ErrorCode(IntEnum):
     GROUP_SUBSCRIBED_TO_TOPIC = 86
     INVALID_RECORD = 87
     UNSTABLE_OFFSET_COMMIT = 88
+    TRANSACTIONAL_ID_NOT_FOUND = 105
 
 
 class BrokerError(CrossbeatError):

@@ -68,6 +68,13 @@ class Txn:
     offsets: dict[str, dict[Partition, tuple[int | None, int, str | None]]] = field(default_factory=dict)
     started_ms: int = 0
 
+    @property
+    def start_ms(self) -> int:
+        """When the current or last transaction began, as DescribeTransactions and
+        ListTransactions report it: -1 once InitProducerId reset the id to Empty, as in
+        Kafka."""
+        return -1 if self.state == EMPTY else self.started_ms
+
     def doc(self) -> dict[str, Any]:
         return {
             "tid": self.tid, "pid": self.pid, "epoch": self.epoch, "timeout": self.timeout_ms,
@@ -295,6 +302,14 @@ class TxnCoordinator:
                 log.error("ending the transaction of %r failed: %s", tid, exc)
                 return ErrorCode.COORDINATOR_NOT_AVAILABLE
             return ErrorCode.NONE
+
+    def get(self, tid: str) -> Txn | None:
+        """The id's state, to read only (DescribeTransactions)."""
+        return self._txns.get(tid)
+
+    def all(self) -> list[Txn]:
+        """Every transactional id's state, to read only (ListTransactions)."""
+        return list(self._txns.values())
 
     def pending_offsets(self, group: str) -> set[Partition]:
         """The partitions of `group` whose offsets a transaction has staged and not yet

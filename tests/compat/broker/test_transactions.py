@@ -222,3 +222,45 @@ def test_read_committed_member_waits_for_offsets_of_an_open_transaction(
         assert [m.offset() for m in consume_n(second, 1)] == [5]
     finally:
         second.close()
+
+
+def test_admin_lists_and_describes_transactions(broker: BrokerProcess, topic: str) -> None:
+    from kafka import KafkaAdminClient
+    from kafka.errors import TransactionalIdNotFoundError
+
+    produce_txn(txn_producer(broker.address, "tx-done"), topic, [b"x"], commit=True)
+    txn_producer(broker.address, "tx-idle")
+    ongoing = txn_producer(broker.address, "tx-ongoing", **{"transaction.timeout.ms": 30000})
+    ongoing.begin_transaction()
+    ongoing.produce(topic, value=b"open")
+    assert ongoing.flush(20) == 0
+    admin = KafkaAdminClient(bootstrap_servers=broker.address)
+    try:
+        described = admin.describe_transactions(["tx-done", "tx-idle", "tx-ongoing"])
+        assert {tid: (d.state.value, {tuple(tp) for tp in d.topic_partitions})
+                for tid, d in described.items()} == {
+            "tx-done": ("CompleteCommit", set()), "tx-idle": ("Empty", set()),
+            "tx-ongoing": ("Ongoing", {(topic, 0)})}
+        d = described["tx-ongoing"]
+        assert (d.transaction_timeout_ms, d.producer_epoch) == (30000, 0)
+        assert abs(d.transaction_start_time_ms - time.time() * 1000) < 60_000
+        assert described["tx-idle"].transaction_start_time_ms == -1
+        with pytest.raises(TransactionalIdNotFoundError):
+            admin.describe_transactions(["tx-unknown"])
+
+        def listed(**filters: Any) -> dict[str, str]:
+            (rows,) = admin.list_transactions(**filters).values()
+            return {r.transactional_id: r.state.value for r in rows}
+
+        assert listed() == {"tx-done": "CompleteCommit", "tx-idle": "Empty",
+                            "tx-ongoing": "Ongoing"}
+        assert listed(state_filters=["Ongoing", "Empty"]) == {
+            "tx-idle": "Empty", "tx-ongoing": "Ongoing"}
+        assert listed(state_filters=["NoSuchState"]) == {}
+        assert listed(producer_id_filters=[described["tx-done"].producer_id]) == {
+            "tx-done": "CompleteCommit"}
+        # started just now: not running longer than 10 minutes (Empty has no start: listed)
+        assert listed(duration_filter_ms=600_000) == {"tx-idle": "Empty"}
+    finally:
+        admin.close()
+        ongoing.abort_transaction(20)
