@@ -358,3 +358,71 @@ def test_pattern_headers_timestamp_type_and_batch_reads(
         spark.readStream.format("crossbeat-kafka").option(
             "kafka.bootstrap.servers", broker.address
         ).option("subscribe", first).option("assign", "{}").load()
+
+
+def stamped_topic(broker: Service) -> tuple[str, int]:
+    """A two-partition topic whose records carry explicit timestamps (ms): partition 0
+    base+1000, +2000, +3000 at offsets 0-2; partition 1 base+1500, +2500 at offsets 0-1.
+    `base` is a minute ago, well inside retention."""
+    topic = fresh_topic(broker, partitions=2)
+    base = int(time.time() * 1000) - 60_000
+    producer = Producer({"bootstrap.servers": broker.address})
+    for partition, stamps in ((0, (1000, 2000, 3000)), (1, (1500, 2500))):
+        for i, ts in enumerate(stamps):
+            producer.produce(topic, orjson.dumps({"i": i}), partition=partition,
+                             timestamp=base + ts)
+    producer.flush(30)
+    return topic, base
+
+
+def test_reader_timestamps_choose_offsets_per_partition_and_strategies(broker: Service) -> None:
+    from crossbeat.spark.kafka_client import close_readers
+    from crossbeat.spark.source import KafkaBatchReader, KafkaStreamReader
+
+    topic, base = stamped_topic(broker)
+    opts = {"kafka.bootstrap.servers": broker.address, "subscribe": topic}
+
+    def initial(**options: str) -> Any:
+        reader = KafkaStreamReader({**opts, **options})
+        try:
+            return reader.initialOffset()
+        finally:
+            reader.stop()
+
+    def batch_ranges(**options: str) -> list[tuple[str, int, int, int]]:
+        return [r for task in KafkaBatchReader({**opts, **options}).partitions()
+                for r in task.ranges]  # type: ignore[attr-defined]
+
+    try:
+        # the first offset at or after the timestamp; an unnamed partition from earliest
+        by_partition = orjson.dumps({topic: {"0": base + 1500}}).decode()
+        assert initial(startingOffsetsByTimestamp=by_partition) == {topic: {"0": 1, "1": 0}}
+        assert initial(startingTimestamp=str(base + 2000),
+                       startingOffsets="latest") == {topic: {"0": 1, "1": 1}}
+        # partition 1 has nothing at or after +2600: fail (default), or start at its latest
+        with pytest.raises(ValueError, match=f"No offset matched from request of "
+                           f"topic-partition {topic}-1 and timestamp {base + 2600}"):
+            initial(startingTimestamp=str(base + 2600))
+        assert initial(startingTimestamp=str(base + 2600),
+                       startingOffsetsByTimestampStrategy="latest") == {topic: {"0": 2, "1": 2}}
+        with pytest.raises(ValueError, match=rf"names {topic}\[5\], which does not exist"):
+            initial(startingOffsetsByTimestamp=orjson.dumps({topic: {"5": base}}).decode())
+
+        # batch: end before the first record at or after the ending timestamp; a partition
+        # with none (or not named) reads to its latest offset
+        assert batch_ranges(startingOffsetsByTimestamp=by_partition,
+                            endingTimestamp=str(base + 2500)) == [(topic, 0, 1, 2),
+                                                                  (topic, 1, 0, 1)]
+        assert batch_ranges(startingTimestamp=str(base + 1200),
+                            endingOffsetsByTimestamp=orjson.dumps(
+                                {topic: {"1": base + 9999}}).decode()) == [(topic, 0, 1, 3),
+                                                                           (topic, 1, 0, 2)]
+        with pytest.raises(ValueError, match=rf"{topic}\[0\]: the ending offset 0 \(endingTimestamp\) "
+                           "is before the starting offset 1"):
+            batch_ranges(startingTimestamp=str(base + 2000), endingTimestamp=str(base + 1000))
+        reader = KafkaBatchReader({**opts, "startingTimestamp": str(base + 2500)})
+        rows = [(b["partition"], b["offset"]) for task in reader.partitions()
+                for batch in reader.read(task) for b in batch.to_pylist()]
+        assert sorted(rows) == [(0, 2), (1, 1)]
+    finally:
+        close_readers()

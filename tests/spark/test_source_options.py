@@ -30,8 +30,21 @@ BASE = {"kafka.bootstrap.servers": "localhost:9092"}
         ({"subscribe": "a", "startingOffsets": '{"b":{"0":1}}'}, None, "names b[0], which the query"),
         ({"subscribePattern": "a.*", "startingOffsets": '{"xa":{"0":1}}'}, None, "names xa[0]"),
         ({"assign": '{"a":[1]}', "startingOffsets": '{"a":{"0":1}}'}, None, "names a[0]"),
-        ({"subscribe": "a", "startingOffsetsByTimestamp": "{}"}, None,
-         "does not support option(s) startingoffsetsbytimestamp"),
+        ({"subscribe": "a", "minPartitions": "2"}, None, "does not support option(s) minpartitions"),
+        ({"subscribe": "a", "startingTimestamp": "soon"}, None,
+         "option startingTimestamp: Expected a single long value"),
+        ({"subscribe": "a", "endingTimestamp": "-5"}, False, "option endingTimestamp: Expected"),
+        ({"subscribe": "a", "startingOffsetsByTimestamp": '{"a":{"0":-1}}'}, None,
+         "option startingOffsetsByTimestamp: expected e.g."),
+        ({"subscribe": "a", "endingOffsetsByTimestamp": '{"a":{"0":1.5}}'}, False,
+         "option endingOffsetsByTimestamp: expected e.g."),
+        ({"subscribe": "a", "startingOffsetsByTimestamp": '{"b":{"0":1}}'}, None,
+         "option startingOffsetsByTimestamp names b[0], which the query"),
+        ({"subscribe": "a", "startingOffsetsByTimestampStrategy": "earliest"}, None,
+         "startingOffsetsByTimestampStrategy must be error or latest"),
+        ({"subscribe": "a", "endingTimestamp": "1"}, True, "endingTimestamp is for batch"),
+        ({"subscribe": "a", "endingOffsetsByTimestamp": '{"a":{"0":1}}'}, True,
+         "endingOffsetsByTimestamp is for batch"),
         ({"subscribe": "a", "kafka.auto.offset.reset": "earliest"}, None,
          "Kafka option 'kafka.auto.offset.reset' is not supported: set the source option "
          "startingOffsets"),
@@ -66,3 +79,19 @@ def test_good_options_parse_as_spark_spells_them() -> None:
                            "kafka.group.id": "g"})
     assert plain.subscription.topics == ("a", "b")
     assert (plain.settings, plain.group) == ({"client.id": "me"}, "g")
+
+
+def test_timestamp_options_take_precedence_as_in_spark() -> None:
+    # startingTimestamp, then startingOffsetsByTimestamp, then startingOffsets; the losers
+    # are not even parsed (Spark does not look at them)
+    both = parse_options({**BASE, "subscribe": "a", "startingTimestamp": " 1700000000000 ",
+                          "startingOffsetsByTimestamp": "{bad", "startingOffsets": "bad"})
+    assert (both.starting.every, both.starting.option) == (1700000000000, "startingTimestamp")
+    by = parse_options({**BASE, "subscribe": "a", "startingOffsets": "latest",
+                        "startingOffsetsByTimestamp": '{"a":{"1":5}}',
+                        "endingOffsetsByTimestamp": '{"a":{"0":9}}', "endingOffsets": "bad",
+                        "startingOffsetsByTimestampStrategy": "LATEST"}, streaming=False)
+    assert by.starting.partitions == {"a": {"1": 5}} and by.starting.of("a", "0") is None
+    assert by.ending.partitions == {"a": {"0": 9}} and by.no_match == "latest"
+    assert parse_options({**BASE, "subscribe": "a"}).no_match == "error"
+

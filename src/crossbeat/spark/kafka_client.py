@@ -150,6 +150,22 @@ class Watermarks:
                 high.setdefault(topic, {})[str(p)] = max(0, hi)
         return low, high
 
+    def offsets_for_times(self, wanted: Offsets) -> dict[str, dict[str, int | None]]:
+        """For each partition of `wanted` ({topic: {partition: timestamp in ms}}): the first
+        offset whose record timestamp is at or after that timestamp, None when no record
+        has one (Kafka's ListOffsets by timestamp). KafkaException for a partition the
+        broker cannot answer for."""
+        tps = [TopicPartition(t, int(p), ts) for t, parts in wanted.items()
+               for p, ts in parts.items()]
+        out: dict[str, dict[str, int | None]] = {}
+        if not tps:
+            return out
+        for tp in self._consumer.offsets_for_times(tps, timeout=self._timeout):
+            if tp.error is not None:
+                raise KafkaException(tp.error)
+            out.setdefault(tp.topic, {})[str(tp.partition)] = tp.offset if tp.offset >= 0 else None
+        return out
+
     def commit(self, offsets: Offsets) -> None:
         """Commit `offsets` (next offsets to read) to the group, for ordinary lag tools.
 

@@ -15,9 +15,24 @@ not take fails its start):
   `{"topic": {"0": 42}}` where -2 means earliest and -1 latest (streaming only); a
   partition the JSON does not name starts at its earliest offset. Streaming: used only
   when the query has no checkpoint yet;
+- `startingTimestamp` (a timestamp in ms since the epoch, for every partition) or
+  `startingOffsetsByTimestamp` (JSON `{"topic": {"0": 1700000000000}}`; a partition it
+  does not name starts at its earliest offset, one it names must exist): start each
+  partition at its first offset whose record timestamp is at or after the timestamp
+  (Kafka's ListOffsets by timestamp). Spark's precedence: `startingTimestamp`, then
+  `startingOffsetsByTimestamp`, then `startingOffsets` (the others are then ignored, not
+  even checked). Streaming: used only when the query has no checkpoint yet;
+- `startingOffsetsByTimestampStrategy`: when a partition has no record at or after its
+  starting timestamp (an empty partition included), `error` (default) fails the query
+  ("No offset matched from request of topic-partition …"); `latest` starts that partition
+  at its latest offset;
 - `endingOffsets` (batch only): `latest` (default) or JSON as above (-1 latest; a
   partition not named ends at its latest offset; an offset past the latest one reads to
   the latest one);
+- `endingTimestamp` / `endingOffsetsByTimestamp` (batch only, same forms and precedence
+  over `endingOffsets` as the starting ones): end each partition before its first record
+  whose timestamp is at or after the timestamp; a partition with none, or not named,
+  ends at its latest offset;
 - `failOnDataLoss` (default `true`): records the query should read but that no longer
   exist — below a partition's earliest offset (retention, a truncated or recreated topic),
   past its end (a topic recreated smaller), a partition that disappeared, or a partition
@@ -40,8 +55,9 @@ not take fails its start):
   `load()` what it does not know, including Java-only settings (`sasl.jaas.config`,
   trust stores); those the source sets itself (`auto.offset.reset`,
   `enable.auto.commit`, the deserializers, …) are refused as Spark refuses them.
-Spark's other Kafka options (timestamp offsets, `minPartitions`, `minOffsetsPerTrigger`,
-…) are not supported and refused.
+Spark's other Kafka options (`minPartitions`, `minOffsetsPerTrigger`, `groupIdPrefix`,
+…) are not supported and refused. `endingTimestamp`, which Spark's streaming queries
+ignore, is refused by them as the other ending options are.
 
 Rows, as Spark's Kafka source: key binary, value binary, topic string, partition int,
 offset long, timestamp timestamp, timestampType int (0 CreateTime, 1 LogAppendTime, -1
@@ -82,7 +98,7 @@ from crossbeat.spark.offsets import (
     reconcile,
     resolve,
 )
-from crossbeat.spark.source_options import SourceOptions, parse_options
+from crossbeat.spark.source_options import SourceOptions, Timestamps, parse_options
 
 log = logging.getLogger(__name__)
 PAUSE_REFRESH_S = 1.0
@@ -129,6 +145,43 @@ def read_ranges(opts: SourceOptions, partition: InputPartition) -> Iterator[Any]
             fail_on_data_loss=opts.fail_on_data_loss, include_headers=opts.include_headers,
             settings=opts.settings,
         )
+
+
+def timestamp_offsets(
+    wm: kafka_client.Watermarks, spec: Timestamps, high: Offsets, *, no_match: str | None
+) -> Offsets:
+    """The offsets `spec` picks in the partitions of `high` (those it names, or all with one
+    timestamp for every partition): for each, the first offset whose record timestamp is at
+    or after the given one. A partition with no such record: its latest offset (ending
+    bounds, `no_match` None or "latest"), or ValueError (`no_match` "error"). ValueError
+    too for a partition `spec` names that does not exist."""
+    wanted: Offsets = {}
+    for topic, parts in spec.partitions.items():
+        for p in parts:
+            if p not in high.get(topic, {}):
+                raise ValueError(f"option {spec.option} names {topic}[{p}], which does not "
+                                 "exist")
+    for topic, parts in high.items():
+        for p in parts:
+            ts = spec.of(topic, p)
+            if ts is not None:
+                wanted.setdefault(topic, {})[p] = ts
+    found = wm.offsets_for_times(wanted)
+    out: Offsets = {}
+    for topic, parts in wanted.items():
+        for p, ts in parts.items():
+            offset = found.get(topic, {}).get(p)
+            if offset is None:
+                if no_match == "error":
+                    # Spark's message, then how to get past it
+                    raise ValueError(
+                        f"No offset matched from request of topic-partition {topic}-{p} and "
+                        f"timestamp {ts}: no record of {topic}[{p}] has a timestamp at or "
+                        f"after it ({spec.option}; set startingOffsetsByTimestampStrategy to "
+                        "latest to start such partitions at their latest offset)")
+                offset = high[topic][p]
+            out.setdefault(topic, {})[p] = offset
+    return out
 
 
 class CrossbeatKafkaDataSource(DataSource):
@@ -198,6 +251,10 @@ class KafkaStreamReader(DataSourceStreamReader):
             return low
         if self.opts.starting == "latest":
             return high
+        if isinstance(self.opts.starting, Timestamps):
+            found = timestamp_offsets(self._wm(), self.opts.starting, high,
+                                      no_match=self.opts.no_match)
+            return merge_new_partitions(found, high, low)
         assert isinstance(self.opts.starting, dict)
         # A named offset no longer available is reported by the first latestOffset.
         return merge_new_partitions(resolve(self.opts.starting, low, high), high, low)
@@ -265,15 +322,26 @@ class KafkaBatchReader(DataSourceReader):
         wm = kafka_client.Watermarks(self.opts.brokers, None, self.opts.settings)
         try:
             low, high = wm.offsets(self.opts.subscription.partitions(wm))
+            start = low
+            if isinstance(self.opts.starting, dict):
+                start = merge_new_partitions(resolve(self.opts.starting, low, high), high, low)
+            elif isinstance(self.opts.starting, Timestamps):
+                start = merge_new_partitions(
+                    timestamp_offsets(wm, self.opts.starting, high, no_match=self.opts.no_match),
+                    high, low)
+            ending: Offsets = {}
+            if isinstance(self.opts.ending, Timestamps):
+                # no record at or after the timestamp: read to the latest offset (Spark)
+                ending = timestamp_offsets(wm, self.opts.ending, high, no_match=None)
         finally:
             wm.close()
-        start = low
-        if isinstance(self.opts.starting, dict):
-            start = merge_new_partitions(resolve(self.opts.starting, low, high), high, low)
         begin, lost = reconcile(start, low, high, report_new=False)
         kafka_client.report_loss(lost, self.opts.fail_on_data_loss)
         end = high
-        if isinstance(self.opts.ending, dict):
+        if isinstance(self.opts.ending, Timestamps):
+            end = {t: {p: ending.get(t, {}).get(p, hi) for p, hi in parts.items()}
+                   for t, parts in high.items()}
+        elif isinstance(self.opts.ending, dict):
             named = resolve(self.opts.ending, low, high)
             end = {
                 t: {p: min(hi, named.get(t, {}).get(p, hi)) for p, hi in parts.items()}
@@ -282,8 +350,10 @@ class KafkaBatchReader(DataSourceReader):
         for topic, parts in end.items():
             for p, until in parts.items():
                 if until < begin[topic][p]:
-                    raise ValueError(f"{topic}[{p}]: endingOffsets {until} is before the "
-                                     f"starting offset {begin[topic][p]}")
+                    option = (self.opts.ending.option
+                              if isinstance(self.opts.ending, Timestamps) else "endingOffsets")
+                    raise ValueError(f"{topic}[{p}]: the ending offset {until} ({option}) is "
+                                     f"before the starting offset {begin[topic][p]}")
         return pack(ranges(begin, end), self.opts.rows_per_task)
 
     def read(self, partition: InputPartition) -> Iterator[Any]:

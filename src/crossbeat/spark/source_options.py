@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -26,6 +26,8 @@ KNOWN_OPTIONS = frozenset(
         "kafka.bootstrap.servers", "bootstrap", "subscribe", "subscribepattern", "assign",
         "startingoffsets", "endingoffsets", "failondataloss", "includeheaders",
         "maxoffsetspertrigger", "rowspertask", "kafka.group.id", "pausetopic", "pausekey",
+        "startingtimestamp", "startingoffsetsbytimestamp", "endingtimestamp",
+        "endingoffsetsbytimestamp", "startingoffsetsbytimestampstrategy",
     }
 )
 # Consumer settings the source decides itself; a `kafka.` option naming one is refused.
@@ -41,6 +43,7 @@ REFUSED_KAFKA = {
 }
 OFFSETS_EXAMPLE = '{"topicA":{"0":23,"1":-1},"topicB":{"0":-2}}'
 ASSIGN_EXAMPLE = '{"topicA":[0,1],"topicB":[0,1]}'
+TIMESTAMPS_EXAMPLE = '{"topicA":{"0":1700000000000,"1":1700000000000}}'
 
 
 @dataclass(frozen=True)
@@ -83,11 +86,31 @@ class Subscription:
 
 
 @dataclass(frozen=True)
+class Timestamps:
+    """Offsets chosen by record timestamp (ms since the epoch): in each partition, the
+    first offset whose record timestamp is at or after the partition's timestamp.
+    `every`: one timestamp for all partitions (startingTimestamp/endingTimestamp);
+    otherwise `partitions` names them (the ...OffsetsByTimestamp JSON)."""
+
+    option: str  # the option it came from, for messages
+    every: int | None = None
+    partitions: Offsets = field(default_factory=dict)
+
+    def of(self, topic: str, partition: str) -> int | None:
+        """The timestamp of a partition; None: the option does not name it."""
+        if self.every is not None:
+            return self.every
+        return self.partitions.get(topic, {}).get(partition)
+
+
+@dataclass(frozen=True)
 class SourceOptions:
     brokers: str
     subscription: Subscription
-    starting: str | Offsets  # "earliest", "latest" or offsets with -2/-1 sentinels
-    ending: str | Offsets
+    # "earliest", "latest", offsets with -2/-1 sentinels, or timestamps (which take
+    # precedence, as in Spark: ...Timestamp, then ...OffsetsByTimestamp, then ...Offsets)
+    starting: str | Offsets | Timestamps
+    ending: str | Offsets | Timestamps
     fail_on_data_loss: bool
     include_headers: bool
     max_rows: int | None
@@ -96,6 +119,9 @@ class SourceOptions:
     pause_topic: str | None
     pause_key: str
     settings: dict[str, str]  # the other kafka.* options, for every consumer
+    # startingOffsetsByTimestampStrategy: "error" (fail) or "latest" for a partition with
+    # no record at or after its starting timestamp
+    no_match: str = "error"
 
 
 def _bool(opts: dict[str, str], key: str, name: str, default: bool) -> bool:
@@ -193,6 +219,47 @@ def _offsets_option(value: str, name: str, sub: Subscription) -> str | Offsets:
     return offsets
 
 
+def _timestamp(value: str, name: str) -> int:
+    if not re.fullmatch(r"\s*\d+\s*", value):
+        raise ValueError(f"option {name}: Expected a single long value (a timestamp in "
+                         f"milliseconds since the epoch, not negative), got {value.strip()}")
+    return int(value)
+
+
+def _timestamps_json(value: str, name: str, sub: Subscription) -> Offsets:
+    try:
+        doc = orjson.loads(value)
+        if any(isinstance(ts, bool) or not isinstance(ts, int) or ts < 0
+               for parts in doc.values() for ts in parts.values()):
+            raise ValueError
+        stamps = {str(t): {str(_partition(int(p))): ts for p, ts in parts.items()}
+                  for t, parts in doc.items()}
+    except (orjson.JSONDecodeError, AttributeError, TypeError, ValueError):
+        raise ValueError(f"option {name}: expected e.g. {TIMESTAMPS_EXAMPLE} (timestamps in "
+                         f"milliseconds since the epoch), got {value}") from None
+    for topic, parts in stamps.items():
+        for p in parts:
+            if not sub.covers(topic, int(p)):
+                raise ValueError(f"option {name} names {topic}[{p}], which the query does "
+                                 "not read (see subscribe, subscribePattern or assign)")
+    return stamps
+
+
+def _bound(opts: dict[str, str], kind: str, sub: Subscription, default: str
+           ) -> str | Offsets | Timestamps:
+    """Where reading starts (`kind` "starting") or ends ("ending"), by Spark's precedence:
+    the `...Timestamp` option, else `...OffsetsByTimestamp`, else `...Offsets` (the options
+    not used are not parsed, as Spark does not)."""
+    if f"{kind}timestamp" in opts:
+        name = f"{kind}Timestamp"
+        return Timestamps(name, every=_timestamp(opts[f"{kind}timestamp"], name))
+    if f"{kind}offsetsbytimestamp" in opts:
+        name = f"{kind}OffsetsByTimestamp"
+        return Timestamps(name, partitions=_timestamps_json(
+            opts[f"{kind}offsetsbytimestamp"], name, sub))
+    return _offsets_option(opts.get(f"{kind}offsets", default), f"{kind}Offsets", sub)
+
+
 def parse_options(options: Mapping[str, str], *, streaming: bool | None = None) -> SourceOptions:
     """Validate the options of `format("crossbeat-kafka")` (see the module docstring);
     ValueError naming the first bad one. `streaming` None: valid for either kind of query."""
@@ -203,7 +270,10 @@ def parse_options(options: Mapping[str, str], *, streaming: bool | None = None) 
                          "(supported: kafka.bootstrap.servers, subscribe, subscribePattern, "
                          "assign, startingOffsets, endingOffsets, failOnDataLoss, "
                          "includeHeaders, maxOffsetsPerTrigger, rowsPerTask, kafka.group.id, "
-                         "pauseTopic, pauseKey, and other kafka.* consumer settings)")
+                         "pauseTopic, pauseKey, startingTimestamp, startingOffsetsByTimestamp, "
+                         "endingTimestamp, endingOffsetsByTimestamp, "
+                         "startingOffsetsByTimestampStrategy, and other kafka.* consumer "
+                         "settings)")
     settings = {k.removeprefix("kafka."): v for k, v in opts.items()
                 if k.startswith("kafka.") and k not in KNOWN_OPTIONS}
     for name, why in REFUSED_KAFKA.items():
@@ -219,10 +289,16 @@ def parse_options(options: Mapping[str, str], *, streaming: bool | None = None) 
     if not brokers:
         raise ValueError("crossbeat-kafka needs option kafka.bootstrap.servers")
     sub = _subscription(opts)
-    starting = _offsets_option(opts.get("startingoffsets", "earliest"), "startingOffsets", sub)
-    ending = _offsets_option(opts.get("endingoffsets", "latest"), "endingOffsets", sub)
-    if streaming and "endingoffsets" in opts:
-        raise ValueError("option endingOffsets is for batch queries only (spark.read)")
+    starting = _bound(opts, "starting", sub, "earliest")
+    ending = _bound(opts, "ending", sub, "latest")
+    if streaming:
+        for name in ("endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp"):
+            if name.lower() in opts:
+                raise ValueError(f"option {name} is for batch queries only (spark.read)")
+    no_match = opts.get("startingoffsetsbytimestampstrategy", "error").strip().lower()
+    if no_match not in ("error", "latest"):
+        raise ValueError("option startingOffsetsByTimestampStrategy must be error or latest, "
+                         f"got {opts['startingoffsetsbytimestampstrategy']!r}")
     if streaming is False:
         if starting == "latest" or (
             isinstance(starting, dict)
@@ -250,4 +326,5 @@ def parse_options(options: Mapping[str, str], *, streaming: bool | None = None) 
         pause_topic=opts.get("pausetopic") or None,
         pause_key=opts.get("pausekey") or "",
         settings=settings,
+        no_match=no_match,
     )
