@@ -116,7 +116,8 @@ class ApiSpec:
     answered at every version kafka-python knows (AlterConfigs v0-v2,
     IncrementalAlterConfigs v0-v1, CreatePartitions v0-v3, DeleteRecords v0-v2,
     OffsetDelete v0, DescribeCluster v0-v2), flexible ones included; so are the
-    transaction APIs clients send (AddPartitionsToTxn v0-v3 — v4+ is the broker-to-broker
+    transaction APIs clients send (InitProducerId v0-v4 — v3+ lets a producer recover
+    from an abortable error by an epoch bump (KIP-360) —, AddPartitionsToTxn v0-v3 — v4+ is the broker-to-broker
     form —, AddOffsetsToTxn v0-v3, EndTxn v0-v3 — v4+ is KIP-890's transaction
     version 2 —, TxnOffsetCommit v0-v3), and the admin ones, DescribeTransactions v0 and
     ListTransactions v0-v1 (v2 filters by a Java regular expression).
@@ -156,7 +157,7 @@ APIS: dict[int, ApiSpec] = {
         _spec(19, CreateTopicsRequest, CreateTopicsResponse, 2, 4),
         _spec(20, DeleteTopicsRequest, DeleteTopicsResponse, 1, 3),
         _spec(21, DeleteRecordsRequest, DeleteRecordsResponse, 0, 2),
-        _spec(22, InitProducerIdRequest, InitProducerIdResponse, 0, 1),
+        _spec(22, InitProducerIdRequest, InitProducerIdResponse, 0, 4),
         _spec(23, OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse, 2, 4),
         _spec(24, AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, 0, 3),
         _spec(25, AddOffsetsToTxnRequest, AddOffsetsToTxnResponse, 0, 3),

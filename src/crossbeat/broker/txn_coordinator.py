@@ -17,7 +17,9 @@ Fencing: InitProducerId for a known id bumps its epoch (aborting its open transa
 the new epoch first), so requests with the older epoch get PRODUCER_FENCED (the handlers
 answer INVALID_PRODUCER_EPOCH to request versions that predate it). A transaction open
 longer than its timeout is aborted by `expire` with a bumped epoch, as Kafka does, which
-fences the producer that let it time out. Operations on one id are serialised by a lock.
+fences the producer that let it time out. InitProducerId v3+ naming the current or the
+previous (id, epoch) is a running producer recovering (KIP-360): bumped, not fenced.
+Operations on one id are serialised by a lock.
 
 A transaction still open when the broker stops is aborted when it restarts (with a bumped
 epoch), not left to time out: its producer's connection ended with the broker.
@@ -67,6 +69,10 @@ class Txn:
     groups: set[str] = field(default_factory=set)
     offsets: dict[str, dict[Partition, tuple[int | None, int, str | None]]] = field(default_factory=dict)
     started_ms: int = 0
+    # the (producer id, epoch) before the last bump: KIP-360's InitProducerId from the
+    # producer that held it gets the current epoch (its response was lost, or the bump was
+    # this coordinator's timeout abort) rather than PRODUCER_FENCED
+    previous: tuple[int, int] = (-1, -1)
 
     @property
     def start_ms(self) -> int:
@@ -80,6 +86,7 @@ class Txn:
             "tid": self.tid, "pid": self.pid, "epoch": self.epoch, "timeout": self.timeout_ms,
             "state": self.state, "parts": sorted([t, p] for t, p in self.partitions),
             "groups": sorted(self.groups), "start": self.started_ms,
+            "prev": list(self.previous),
             "offsets": {g: [[t, p, *v] for (t, p), v in o.items()]
                         for g, o in self.offsets.items()},
         }
@@ -93,6 +100,7 @@ class Txn:
             offsets={g: {(t, int(p)): (int(o), int(e), m) for t, p, o, e, m in entries}
                      for g, entries in doc["offsets"].items()},
             started_ms=int(doc["start"]),
+            previous=(int(doc.get("prev", (-1, -1))[0]), int(doc.get("prev", (-1, -1))[1])),
         )
 
 
@@ -155,6 +163,7 @@ class TxnCoordinator:
         await self._complete(txn)
 
     async def _bump(self, txn: Txn) -> None:
+        txn.previous = (txn.pid, txn.epoch)
         if txn.epoch >= MAX_EPOCH:
             txn.pid, txn.epoch = await self._broker.producer_ids.allocate(), 0
         else:
@@ -193,10 +202,17 @@ class TxnCoordinator:
             return None, ErrorCode.PRODUCER_FENCED
         return txn, ErrorCode.NONE
 
-    async def init_producer_id(self, tid: str, timeout_ms: int) -> tuple[ErrorCode, int, int]:
+    async def init_producer_id(self, tid: str, timeout_ms: int,
+                               expected: tuple[int, int] = (-1, -1)) -> tuple[ErrorCode, int, int]:
         """(error, producer id, epoch) for a transactional producer starting up: a new id,
         or the id's producer with its epoch bumped (fencing the previous one, whose open
-        transaction is aborted first)."""
+        transaction is aborted first).
+
+        `expected` (v3+, KIP-360: a running producer recovering from an abortable error)
+        is the caller's (producer id, epoch): the current one gets its open transaction
+        aborted and a bumped epoch; the one before the last bump gets the current epoch (a
+        retry whose answer was lost, or a producer whose transaction timed out) after its
+        open transaction, if any, is aborted; any other is PRODUCER_FENCED."""
         if not 0 < timeout_ms <= self._max_timeout_ms:
             return ErrorCode.INVALID_TRANSACTION_TIMEOUT, -1, -1
         async with self._lock(tid):
@@ -205,6 +221,19 @@ class TxnCoordinator:
                 if txn is None:
                     pid = await self._broker.producer_ids.allocate()
                     txn = Txn(tid, pid, 0, timeout_ms)
+                elif expected[0] >= 0:
+                    if expected not in ((txn.pid, txn.epoch), txn.previous):
+                        return ErrorCode.PRODUCER_FENCED, -1, -1
+                    bump = expected == (txn.pid, txn.epoch)
+                    if txn.state == PREPARE_COMMIT:
+                        await self._complete(txn)
+                    elif txn.state in (ONGOING, PREPARE_ABORT):
+                        await self._abort_fencing(txn)  # its bump fences `expected`
+                        bump = False
+                    if bump:
+                        await self._bump(txn)
+                    txn.timeout_ms = timeout_ms
+                    txn.state = EMPTY
                 else:
                     if txn.state == PREPARE_COMMIT:
                         await self._complete(txn)

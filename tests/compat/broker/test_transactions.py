@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import IsolationLevel, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, OffsetSpec
+from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
 from tests.compat.broker.helpers import BrokerProcess, consume_n, create_topic, new_consumer
 
@@ -264,3 +264,21 @@ def test_admin_lists_and_describes_transactions(broker: BrokerProcess, topic: st
     finally:
         admin.close()
         ongoing.abort_transaction(20)
+
+
+def test_abortable_error_is_recovered_with_an_epoch_bump(broker: BrokerProcess, topic: str) -> None:
+    admin = AdminClient({"bootstrap.servers": broker.address})
+    stuck = f"{topic}-stuck"  # NOT_ENOUGH_REPLICAS forever: the message times out locally
+    admin.create_topics([NewTopic(stuck, 1, 1, config={"min.insync.replicas": "2"})])[
+        stuck].result(20)
+    producer = txn_producer(broker.address, "tx-bump", **{"message.timeout.ms": 1000})
+    producer.begin_transaction()
+    producer.produce(stuck, value=b"never")
+    producer.flush(20)
+    with pytest.raises(KafkaException) as raised:
+        producer.commit_transaction(20)
+    assert raised.value.args[0].txn_requires_abort()
+    # abort bumps the epoch by InitProducerId v3+ (KIP-360); older brokers make it fatal
+    producer.abort_transaction(20)
+    produce_txn(producer, topic, [b"after"], commit=True)
+    assert read_values(broker.address, topic, 1, "read_committed") == [b"after"]
