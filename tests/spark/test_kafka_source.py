@@ -426,3 +426,87 @@ def test_reader_timestamps_choose_offsets_per_partition_and_strategies(broker: S
         assert sorted(rows) == [(0, 2), (1, 1)]
     finally:
         close_readers()
+
+
+def test_reader_min_offsets_per_trigger_waits_up_to_max_trigger_delay(broker: Service) -> None:
+    from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, ReadMinRows
+
+    from crossbeat.spark.source import KafkaStreamReader
+
+    topic = fresh_topic(broker, partitions=2)
+    produce(broker, topic, 3)
+    now = [1_000.0]  # seconds, as time.time
+    opts = {"kafka.bootstrap.servers": broker.address, "subscribe": topic,
+            "minOffsetsPerTrigger": "5", "maxTriggerDelay": "10s"}
+    reader = KafkaStreamReader(opts, clock=lambda: now[0])
+    capped = KafkaStreamReader({**opts, "minOffsetsPerTrigger": "2",
+                                "maxOffsetsPerTrigger": "4"}, clock=lambda: now[0])
+    total = lambda offsets: sum(offsets[topic].values())  # noqa: E731
+    try:
+        limit = reader.getDefaultReadLimit()
+        assert limit == ReadMinRows(5)
+        start = reader.initialOffset()
+        first = reader.latestOffset(start, limit)  # the first trigger never waits
+        assert total(first) == 3
+        produce(broker, topic, 2, start=3)
+        assert reader.latestOffset(first, limit) == first  # 2 new < 5: no batch
+        now[0] += 9.9
+        assert reader.latestOffset(first, limit) == first  # still within 10 s
+        assert total(reader.latestOffset(first, ReadAllAvailable())) == 5  # Trigger.Once
+        produce(broker, topic, 3, start=5)
+        second = reader.latestOffset(first, limit)  # 5 new: a batch, and the delay restarts
+        assert total(second) == 8
+        produce(broker, topic, 1, start=8)
+        now[0] += 9.9
+        assert reader.latestOffset(second, limit) == second
+        now[0] += 0.1  # 10 s since the last batch: whatever there is
+        assert total(reader.latestOffset(second, limit)) == 9
+
+        # both limits: a batch runs from 2 new records on, and takes at most 4
+        assert capped.getDefaultReadLimit() == ReadMinRows(2)
+        begin = capped.initialOffset()
+        # (9 available; the cap is shared by backlog, rounding down)
+        assert 3 <= total(capped.latestOffset(begin, capped.getDefaultReadLimit())) <= 4
+        assert 5 <= total(capped.latestOffset(begin, ReadMaxRows(6))) <= 6
+    finally:
+        reader.stop()
+        capped.stop()
+
+
+def test_query_skips_triggers_below_min_offsets_per_trigger(
+    spark: Any, broker: Service, tmp_path: Path
+) -> None:
+    topic = fresh_topic(broker, partitions=1)
+    produce(broker, topic, 3)
+    sink = Collector()
+    # a progress event for every idle trigger (10 s apart by default), to count them
+    key = "spark.sql.streaming.noDataProgressEventInterval"
+    spark.conf.set(key, "0")
+    try:
+        q = start_query(spark, broker, topic, tmp_path, sink, minOffsetsPerTrigger="5",
+                        maxTriggerDelay="1h")
+    finally:
+        spark.conf.unset(key)
+    try:
+        wait_until(lambda: len(sink.values()) >= 3, timeout=120, what="the first batch")
+        produce(broker, topic, 2, start=3)
+        produced = time.time()
+
+        def triggers_since() -> int:
+            return sum(1 for p in q.recentProgress
+                       if _progress_time(p["timestamp"]) > produced)
+
+        wait_until(lambda: triggers_since() >= 3, timeout=60, what="idle triggers")
+        assert sink.values() == [0, 1, 2]  # 2 new records < 5: no batch
+        produce(broker, topic, 3, start=5)
+        wait_until(lambda: len(sink.values()) >= 8, timeout=60, what="the second batch")
+        assert sink.values() == list(range(8)) and sink.batch_sizes == [3, 5]
+    finally:
+        q.stop()
+
+
+def _progress_time(stamp: str) -> float:
+    """A progress event's trigger start (ISO 8601, UTC with a Z) in seconds since the epoch."""
+    from datetime import datetime
+
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()

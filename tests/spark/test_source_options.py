@@ -45,6 +45,13 @@ BASE = {"kafka.bootstrap.servers": "localhost:9092"}
         ({"subscribe": "a", "endingTimestamp": "1"}, True, "endingTimestamp is for batch"),
         ({"subscribe": "a", "endingOffsetsByTimestamp": '{"a":{"0":1}}'}, True,
          "endingOffsetsByTimestamp is for batch"),
+        ({"subscribe": "a", "minOffsetsPerTrigger": "-1"}, None,
+         "minOffsetsPerTrigger must be a positive"),
+        ({"subscribe": "a", "minOffsetsPerTrigger": "10", "maxOffsetsPerTrigger": "5"}, None,
+         "The value of minOffsetsPerTrigger(10) is higher than the maxOffsetsPerTrigger(5)."),
+        ({"subscribe": "a", "maxTriggerDelay": "5 parsecs"}, None,
+         "option maxTriggerDelay must be a duration"),
+        ({"subscribe": "a", "maxTriggerDelay": "-1s"}, None, "maxTriggerDelay must be a duration"),
         ({"subscribe": "a", "kafka.auto.offset.reset": "earliest"}, None,
          "Kafka option 'kafka.auto.offset.reset' is not supported: set the source option "
          "startingOffsets"),
@@ -95,3 +102,13 @@ def test_timestamp_options_take_precedence_as_in_spark() -> None:
     assert by.ending.partitions == {"a": {"0": 9}} and by.no_match == "latest"
     assert parse_options({**BASE, "subscribe": "a"}).no_match == "error"
 
+
+@pytest.mark.parametrize(("value", "ms"), [(None, 900_000), ("250", 250), ("30s", 30_000),
+                                           ("2min", 120_000), ("1h", 3_600_000),
+                                           ("1500us", 1)])
+def test_max_trigger_delay_reads_spark_durations(value: str | None, ms: int) -> None:
+    opts = {**BASE, "subscribe": "a", "minOffsetsPerTrigger": "3", "maxOffsetsPerTrigger": "3"}
+    if value is not None:
+        opts["maxTriggerDelay"] = value
+    parsed = parse_options(opts, streaming=True)
+    assert (parsed.min_rows, parsed.max_rows, parsed.max_trigger_delay_ms) == (3, 3, ms)

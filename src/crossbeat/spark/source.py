@@ -42,6 +42,12 @@ not take fails its start):
 - `includeHeaders` (default `false`): add the `headers` column;
 - `maxOffsetsPerTrigger` (streaming): at most this many records per micro-batch, shared
   between partitions in proportion to their backlog;
+- `minOffsetsPerTrigger` (streaming): a trigger plans no micro-batch (latestOffset
+  returns its start) while fewer than this many new records are available, unless
+  `maxTriggerDelay` (default `15m`; `30s`, `500ms`, … as Spark writes durations) has
+  passed since the last micro-batch was let through; the query's first trigger never
+  waits. Not above `maxOffsetsPerTrigger`, which still caps a batch that runs. A trigger
+  Spark plans with ReadAllAvailable (Trigger.Once) reads everything available;
 - `rowsPerTask` (default 20000): a micro-batch's partition ranges are packed into Spark
   tasks of about this many records (a partition's range is never split), so a small
   batch is one task;
@@ -55,9 +61,10 @@ not take fails its start):
   `load()` what it does not know, including Java-only settings (`sasl.jaas.config`,
   trust stores); those the source sets itself (`auto.offset.reset`,
   `enable.auto.commit`, the deserializers, …) are refused as Spark refuses them.
-Spark's other Kafka options (`minPartitions`, `minOffsetsPerTrigger`, `groupIdPrefix`,
+Spark's other Kafka options (`minPartitions`, `maxRecordsPerPartition`, `groupIdPrefix`,
 …) are not supported and refused. `endingTimestamp`, which Spark's streaming queries
-ignore, is refused by them as the other ending options are.
+ignore, is refused by them as the other ending options are; `minOffsetsPerTrigger`,
+`maxOffsetsPerTrigger` and `maxTriggerDelay` are checked, then ignored, by batch queries.
 
 Rows, as Spark's Kafka source: key binary, value binary, topic string, partition int,
 offset long, timestamp timestamp, timestampType int (0 CreateTime, 1 LogAppendTime, -1
@@ -76,7 +83,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from confluent_kafka import KafkaException
@@ -86,7 +93,12 @@ from pyspark.sql.datasource import (
     DataSourceStreamReader,
     InputPartition,
 )
-from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    ReadMinRows,
+)
 
 from crossbeat.spark import kafka_client
 from crossbeat.spark.offsets import (
@@ -204,8 +216,17 @@ class CrossbeatKafkaDataSource(DataSource):
 
 
 class KafkaStreamReader(DataSourceStreamReader):
-    def __init__(self, options: Mapping[str, str]) -> None:
+    """`spark.readStream`. `clock`: wall-clock seconds as time.time gives them, for
+    maxTriggerDelay (a test passes its own)."""
+
+    def __init__(
+        self, options: Mapping[str, str], clock: Callable[[], float] = time.time
+    ) -> None:
         self.opts = parse_options(options, streaming=True)
+        self._clock = clock
+        # When the last batch was let through by minOffsetsPerTrigger/maxTriggerDelay;
+        # 0 as in Spark: the query's first trigger never waits.
+        self._last_trigger_ms = 0.0
         self.sub = self.opts.subscription
         self._watermarks: kafka_client.Watermarks | None = None
         self._gate: kafka_client.PauseGate | None = None
@@ -260,7 +281,28 @@ class KafkaStreamReader(DataSourceStreamReader):
         return merge_new_partitions(resolve(self.opts.starting, low, high), high, low)
 
     def getDefaultReadLimit(self) -> ReadLimit:
+        # PySpark has no composite limit: ReadMinRows stands for minOffsetsPerTrigger with
+        # maxTriggerDelay and maxOffsetsPerTrigger (from the options). Spark hands the
+        # default back to latestOffset, or ReadAllAvailable where a trigger must read
+        # everything (Trigger.Once).
+        if self.opts.min_rows:
+            return ReadMinRows(self.opts.min_rows)
         return ReadMaxRows(self.opts.max_rows) if self.opts.max_rows else ReadAllAvailable()
+
+    def _delay_batch(self, min_rows: int, begin: Offsets, high: Offsets) -> bool:
+        """Whether to skip this trigger (Spark's KafkaMicroBatchStream.delayBatch): fewer
+        than `min_rows` new records and less than maxTriggerDelay since the last batch
+        that was let through."""
+        now = self._clock() * 1000
+        if now - self._last_trigger_ms >= self.opts.max_trigger_delay_ms:
+            self._last_trigger_ms = now
+            return False
+        new = sum(max(0, o - begin.get(t, {}).get(p, 0))
+                  for t, parts in high.items() for p, o in parts.items())
+        if new < min_rows:
+            return True
+        self._last_trigger_ms = now
+        return False
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         previous = normalise(start)
@@ -274,7 +316,12 @@ class KafkaStreamReader(DataSourceStreamReader):
             return previous
         begin, lost = reconcile(self.sub.restrict(previous), low, high, report_new=True)
         kafka_client.report_loss(lost, self.opts.fail_on_data_loss)
-        max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
+        if isinstance(limit, ReadMinRows):
+            if self._delay_batch(limit.min_rows, begin, high):
+                return previous  # no batch this trigger
+            max_rows = self.opts.max_rows
+        else:
+            max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         end = limit_offsets(begin, high, max_rows)
         self._plan = (previous, end, begin)
         return end

@@ -28,6 +28,7 @@ KNOWN_OPTIONS = frozenset(
         "maxoffsetspertrigger", "rowspertask", "kafka.group.id", "pausetopic", "pausekey",
         "startingtimestamp", "startingoffsetsbytimestamp", "endingtimestamp",
         "endingoffsetsbytimestamp", "startingoffsetsbytimestampstrategy",
+        "minoffsetspertrigger", "maxtriggerdelay",
     }
 )
 # Consumer settings the source decides itself; a `kafka.` option naming one is refused.
@@ -44,6 +45,10 @@ REFUSED_KAFKA = {
 OFFSETS_EXAMPLE = '{"topicA":{"0":23,"1":-1},"topicB":{"0":-2}}'
 ASSIGN_EXAMPLE = '{"topicA":[0,1],"topicB":[0,1]}'
 TIMESTAMPS_EXAMPLE = '{"topicA":{"0":1700000000000,"1":1700000000000}}'
+DEFAULT_MAX_TRIGGER_DELAY_MS = 15 * 60 * 1000  # Spark's "15m"
+# Spark's time suffixes (Utils.timeStringAsMs), in milliseconds; no suffix means ms.
+TIME_UNITS_MS = {"us": 0.001, "ms": 1, "s": 1000, "m": 60_000, "min": 60_000,
+                 "h": 3_600_000, "d": 86_400_000}
 
 
 @dataclass(frozen=True)
@@ -122,6 +127,8 @@ class SourceOptions:
     # startingOffsetsByTimestampStrategy: "error" (fail) or "latest" for a partition with
     # no record at or after its starting timestamp
     no_match: str = "error"
+    min_rows: int | None = None  # minOffsetsPerTrigger
+    max_trigger_delay_ms: int = DEFAULT_MAX_TRIGGER_DELAY_MS
 
 
 def _bool(opts: dict[str, str], key: str, name: str, default: bool) -> bool:
@@ -260,6 +267,19 @@ def _bound(opts: dict[str, str], kind: str, sub: Subscription, default: str
     return _offsets_option(opts.get(f"{kind}offsets", default), f"{kind}Offsets", sub)
 
 
+def _duration_ms(opts: dict[str, str], key: str, name: str, default: int) -> int:
+    """A duration as Spark writes one ("15m", "30s", "500ms", a bare number of ms)."""
+    value = opts.get(key)
+    if value is None:
+        return default
+    match = re.fullmatch(r"(\d+)\s*([a-z]+)?", value.strip().lower())
+    if match is None or (match.group(2) or "ms") not in TIME_UNITS_MS:
+        raise ValueError(f"option {name} must be a duration such as 15m, 30s or 500ms "
+                         "(units us, ms, s, m or min, h, d; none: milliseconds), got "
+                         f"{value!r}")
+    return int(int(match.group(1)) * TIME_UNITS_MS[match.group(2) or "ms"])
+
+
 def parse_options(options: Mapping[str, str], *, streaming: bool | None = None) -> SourceOptions:
     """Validate the options of `format("crossbeat-kafka")` (see the module docstring);
     ValueError naming the first bad one. `streaming` None: valid for either kind of query."""
@@ -272,8 +292,8 @@ def parse_options(options: Mapping[str, str], *, streaming: bool | None = None) 
                          "includeHeaders, maxOffsetsPerTrigger, rowsPerTask, kafka.group.id, "
                          "pauseTopic, pauseKey, startingTimestamp, startingOffsetsByTimestamp, "
                          "endingTimestamp, endingOffsetsByTimestamp, "
-                         "startingOffsetsByTimestampStrategy, and other kafka.* consumer "
-                         "settings)")
+                         "startingOffsetsByTimestampStrategy, minOffsetsPerTrigger, "
+                         "maxTriggerDelay, and other kafka.* consumer settings)")
     settings = {k.removeprefix("kafka."): v for k, v in opts.items()
                 if k.startswith("kafka.") and k not in KNOWN_OPTIONS}
     for name, why in REFUSED_KAFKA.items():
@@ -299,6 +319,11 @@ def parse_options(options: Mapping[str, str], *, streaming: bool | None = None) 
     if no_match not in ("error", "latest"):
         raise ValueError("option startingOffsetsByTimestampStrategy must be error or latest, "
                          f"got {opts['startingoffsetsbytimestampstrategy']!r}")
+    max_rows = _positive(opts, "maxoffsetspertrigger", "maxOffsetsPerTrigger", None)
+    min_rows = _positive(opts, "minoffsetspertrigger", "minOffsetsPerTrigger", None)
+    if min_rows is not None and max_rows is not None and min_rows > max_rows:
+        raise ValueError(f"The value of minOffsetsPerTrigger({min_rows}) is higher than the "
+                         f"maxOffsetsPerTrigger({max_rows}).")
     if streaming is False:
         if starting == "latest" or (
             isinstance(starting, dict)
@@ -319,7 +344,7 @@ def parse_options(options: Mapping[str, str], *, streaming: bool | None = None) 
         ending=ending,
         fail_on_data_loss=_bool(opts, "failondataloss", "failOnDataLoss", True),
         include_headers=_bool(opts, "includeheaders", "includeHeaders", False),
-        max_rows=_positive(opts, "maxoffsetspertrigger", "maxOffsetsPerTrigger", None),
+        max_rows=max_rows,
         rows_per_task=_positive(opts, "rowspertask", "rowsPerTask", DEFAULT_ROWS_PER_TASK)
         or DEFAULT_ROWS_PER_TASK,
         group=opts.get("kafka.group.id") or None,
@@ -327,4 +352,7 @@ def parse_options(options: Mapping[str, str], *, streaming: bool | None = None) 
         pause_key=opts.get("pausekey") or "",
         settings=settings,
         no_match=no_match,
+        min_rows=min_rows,
+        max_trigger_delay_ms=_duration_ms(opts, "maxtriggerdelay", "maxTriggerDelay",
+                                          DEFAULT_MAX_TRIGGER_DELAY_MS),
     )
