@@ -29,6 +29,7 @@ from tests.compat.broker.helpers import (
     consume_n,
     create_topic,
     produce_all,
+    running_broker,
 )
 
 pytestmark = [pytest.mark.compat, pytest.mark.timeout(180)]
@@ -37,19 +38,17 @@ RETENTION_MS = 1000
 
 
 def expiring_broker(tmp_path: Path, retention_ms: int = RETENTION_MS) -> BrokerProcess:
-    return configured_broker(tmp_path / "data", f"offsets_retention_ms = {retention_ms}\n"
-                             "offsets_retention_check_interval_ms = 100")
+    return configured_broker(tmp_path / "data", expiry_settings(retention_ms))
+
+
+def expiry_settings(retention_ms: int = RETENTION_MS) -> str:
+    return f"offsets_retention_ms = {retention_ms}\noffsets_retention_check_interval_ms = 100"
 
 
 @pytest.fixture
 def broker(tmp_path: Path) -> Iterator[BrokerProcess]:
-    proc = expiring_broker(tmp_path)
-    proc.start()
-    try:
+    with running_broker(tmp_path / "data", expiry_settings()) as proc:
         yield proc
-    finally:
-        if proc.service is not None and proc.service.proc.poll() is None:
-            proc.stop()
 
 
 def eventually(check: Callable[[], bool], what: str, timeout: float = 30) -> float:
