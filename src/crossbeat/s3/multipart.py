@@ -27,6 +27,7 @@ from crossbeat.s3.objectmeta import (
     user_metadata,
 )
 from crossbeat.s3.objects import (
+    add_expiration,
     commit_version,
     copy_data,
     copy_source,
@@ -231,6 +232,7 @@ async def complete_upload(gw: Gateway, req: Request, p: Principal, ctx: Any) -> 
     headers = {}
     if bucket.versioning:
         headers["x-amz-version-id"] = meta["versionId"]
+    add_expiration(gw, bucket.name, meta, headers)
     # absolute, as AWS answers: the object's URL at the address the client used
     location_url = f"/{req.bucket}/{quote(req.key, safe='/~')}"
     if host := req.headers.get("host"):

@@ -538,6 +538,7 @@ async def copy_object(gw: Gateway, req: Request, p: Principal, ctx: Any) -> Resp
     headers = _write_headers(bucket, meta)
     if src_version is not None or src.get("versionId") != "null":
         headers["x-amz-copy-source-version-id"] = src["versionId"]
+    add_expiration(gw, bucket.name, meta, headers)
     return xml_response(
         xmldoc.copy_object_result_xml(meta["etag"], meta["lastModified"], _checksum_map(meta)),
         headers=headers,

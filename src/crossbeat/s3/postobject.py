@@ -44,6 +44,7 @@ from crossbeat.s3.errors import S3Error
 from crossbeat.s3.http import Request, Response, xml_response
 from crossbeat.s3.objectmeta import system_headers, user_metadata
 from crossbeat.s3.objects import (
+    add_expiration,
     refuse_unsupported_writes,
     version_builder,
     version_committer,
@@ -287,6 +288,7 @@ async def post_object(gw: Gateway, req: Request) -> Response:
     assert meta is not None
     location = _location(req, key)
     answer = write_headers(bucket, meta, written)
+    add_expiration(gw, bucket.name, meta, answer)
     answer["location"] = location
     redirect = _redirect(field_value(fields, "success_action_redirect") or field_value(fields, "redirect"))
     if redirect is not None:

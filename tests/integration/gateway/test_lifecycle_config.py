@@ -169,6 +169,14 @@ def test_x_amz_expiration_names_the_expiry_and_the_rule(s3: Any, vbucket: str) -
     assert put["Expiration"] == expected
     assert head["Expiration"] == expected
     assert s3.get_object(Bucket=vbucket, Key="exp/a")["Expiration"] == expected
+    # the other ways to write an object answer it too: CopyObject, CompleteMultipartUpload
+    copied = s3.copy_object(Bucket=vbucket, Key="exp/copy", CopySource={"Bucket": vbucket, "Key": "exp/a"})
+    assert 'rule-id="thirty%20days"' in copied["Expiration"]
+    uid = s3.create_multipart_upload(Bucket=vbucket, Key="exp/mp")["UploadId"]
+    etag = s3.upload_part(Bucket=vbucket, Key="exp/mp", UploadId=uid, PartNumber=1, Body=b"z")["ETag"]
+    done = s3.complete_multipart_upload(Bucket=vbucket, Key="exp/mp", UploadId=uid,
+                                        MultipartUpload={"Parts": [{"PartNumber": 1, "ETag": etag}]})
+    assert 'rule-id="thirty%20days"' in done["Expiration"]
     # no rule expires these: another prefix, a noncurrent version (NoncurrentDays is not reported)
     assert "Expiration" not in s3.put_object(Bucket=vbucket, Key="keep/a", Body=b"x")
     assert "Expiration" not in s3.head_object(Bucket=vbucket, Key="keep/a")

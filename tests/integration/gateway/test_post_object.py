@@ -159,6 +159,15 @@ def test_redirect_goes_to_the_url_with_bucket_key_and_etag(s3v4: Any, bucket: st
     assert s3v4.get_object(Bucket=bucket, Key="a/b c")["Body"].read() == b"redirected"
 
 
+def test_a_post_answers_x_amz_expiration_when_a_rule_will_expire_it(s3v4: Any, bucket: str) -> None:
+    s3v4.put_bucket_lifecycle_configuration(Bucket=bucket, LifecycleConfiguration={"Rules": [
+        {"ID": "soon", "Status": "Enabled", "Filter": {"Prefix": "tmp/"}, "Expiration": {"Days": 1}}]})
+    r = post(presign(s3v4, bucket, "tmp/k"), b"x")
+    assert r.status_code == 204, r.text
+    assert 'rule-id="soon"' in r.headers["x-amz-expiration"]
+    assert "x-amz-expiration" not in post(presign(s3v4, bucket, "kept"), b"x").headers
+
+
 def test_a_relative_redirect_is_ignored(s3v4: Any, bucket: str) -> None:
     presigned = presign(s3v4, bucket, "k", {"success_action_redirect": "/relative/path"})
     assert post(presigned, b"x").status_code == 204
