@@ -146,11 +146,12 @@ class Gateway:
         changes made through this process, which drop the entry). A name no bucket can have
         is answered without a query or an entry. Reads on the calling thread, the event
         loop, as GET's own metadata read does: one small query per bucket and interval."""
-        if not BUCKET_RE.match(name):
-            return None
         now = time.monotonic()
         entry = self._recent.get(name)
         if entry is None or now - entry[0] > RECENT_BUCKET_TTL_S:
+            # the name is checked only on a miss: every PUT, GET and HEAD comes through here
+            if not BUCKET_RE.match(name):
+                return None
             entry = (now, self.store.get_bucket(name))
             if len(self._recent) >= RECENT_BUCKET_ENTRIES and name not in self._recent:
                 # many buckets, or a client probing names: keep what is fresh, else start over
