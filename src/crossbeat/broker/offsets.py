@@ -34,6 +34,8 @@ from typing import Any
 import orjson
 from crc32c import crc32c
 
+from crossbeat.broker.line_log import read_lines, replace_atomically, write_all
+
 log = logging.getLogger(__name__)
 
 FILE_NAME = "offsets.log"
@@ -88,13 +90,6 @@ def _members_line(group: str, has_members: bool, ts: int) -> dict[str, Any]:
     return {"g": group, "ts": ts, "o": [], "members": has_members}
 
 
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        n = os.write(fd, view)
-        view = view[n:]
-
-
 class OffsetStore:
     """Committed offsets per group, kept in memory and made durable in `offsets.log`."""
 
@@ -130,17 +125,10 @@ class OffsetStore:
     def _load(self) -> None:
         self._dir.mkdir(parents=True, exist_ok=True)
         data = self._path.read_bytes() if self._path.exists() else b""
-        pos = 0
-        while pos < len(data):
-            end = data.find(b"\n", pos)
-            if end < 0:
-                break
-            doc = _decode_line(data[pos:end])
-            if doc is None:
-                break
+        docs, pos = read_lines(data, _decode_line)
+        for doc in docs:
             self._apply(doc)
-            self._lines += 1
-            pos = end + 1
+        self._lines += len(docs)
         if pos < len(data):
             log.warning("offsets log %s: cutting %d bytes of torn or corrupt tail",
                         self._path, len(data) - pos)
@@ -282,7 +270,7 @@ class OffsetStore:
             del self._pending[group]
 
     def _write(self, data: bytes) -> None:
-        _write_all(self._fd, data)
+        write_all(self._fd, data)
         os.fsync(self._fd)
 
     def _snapshot(self) -> bytes:
@@ -301,19 +289,7 @@ class OffsetStore:
         return b"".join(lines)
 
     def _compact(self, snapshot: bytes) -> None:
-        tmp = self._path.with_suffix(".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            _write_all(fd, snapshot)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, self._path)
-        dfd = os.open(self._dir, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
+        replace_atomically(self._path, snapshot)
         new_fd = os.open(self._path, os.O_RDWR)
         os.lseek(new_fd, 0, os.SEEK_END)
         old, self._fd = self._fd, new_fd

@@ -18,17 +18,22 @@ import os
 from pathlib import Path
 from typing import Any
 
+from crossbeat.broker.line_log import read_lines, replace_atomically, write_all
+
 log = logging.getLogger(__name__)
 
 FILE_NAME = "transactions.log"
 
 
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
+def _decode(line: bytes) -> dict[str, Any] | None:
+    """A line's document, or None for a torn or corrupt one (not JSON, not an object, no
+    usable "tid")."""
     try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+        doc = json.loads(line)
+        hash(doc["tid"])
+    except (ValueError, KeyError, TypeError):
+        return None
+    return doc if isinstance(doc, dict) else None
 
 
 class TxnLog:
@@ -48,17 +53,9 @@ class TxnLog:
         by transactional id. Blocking."""
         self._dir.mkdir(parents=True, exist_ok=True)
         data = self._path.read_bytes() if self._path.exists() else b""
-        pos = 0
-        while pos < len(data):
-            end = data.find(b"\n", pos)
-            if end < 0:
-                break
-            try:
-                doc = json.loads(data[pos:end])
-                self._docs[doc["tid"]] = doc
-            except (ValueError, KeyError, TypeError):
-                break
-            pos = end + 1
+        docs, pos = read_lines(data, _decode)
+        for doc in docs:
+            self._docs[doc["tid"]] = doc
         if pos < len(data):
             log.warning("transaction log %s: cutting %d bytes of torn or corrupt tail",
                         self._path, len(data) - pos)
@@ -66,15 +63,7 @@ class TxnLog:
         return dict(self._docs)
 
     def _rewrite(self) -> None:
-        tmp = self._path.with_suffix(".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            os.write(fd, b"".join(self._line(d) for d in self._docs.values()))
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, self._path)
-        _fsync_dir(self._dir)
+        replace_atomically(self._path, b"".join(self._line(d) for d in self._docs.values()))
         if self._fd >= 0:
             os.close(self._fd)
         self._fd = os.open(self._path, os.O_WRONLY | os.O_APPEND)
@@ -85,10 +74,7 @@ class TxnLog:
         return json.dumps(doc, separators=(",", ":")).encode() + b"\n"
 
     def _append(self, doc: dict[str, Any]) -> None:
-        line = self._line(doc)
-        view = memoryview(line)
-        while view:
-            view = view[os.write(self._fd, view):]
+        write_all(self._fd, self._line(doc))
         os.fsync(self._fd)
         self._docs[doc["tid"]] = doc
         self._lines += 1

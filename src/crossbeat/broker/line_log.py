@@ -1,0 +1,57 @@
+"""What the broker's append-only state files share (`offsets.log`, `transactions.log`):
+one document per line, a torn or corrupt tail cut at open, and compaction by an atomic
+rewrite. Each file keeps its own line format (a `decode` function) and its own meaning.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+Decode = Callable[[bytes], "dict[str, Any] | None"]
+
+
+def read_lines(data: bytes, decode: Decode) -> tuple[list[dict[str, Any]], int]:
+    """The documents of `data`, in order, up to the first line `decode` refuses (None) or
+    that has no newline (a write cut short); and the length of that good prefix, where the
+    file must be cut."""
+    docs: list[dict[str, Any]] = []
+    pos = 0
+    while pos < len(data):
+        end = data.find(b"\n", pos)
+        if end < 0:
+            break
+        doc = decode(data[pos:end])
+        if doc is None:
+            break
+        docs.append(doc)
+        pos = end + 1
+    return docs, pos
+
+
+def write_all(fd: int, data: bytes) -> None:
+    """os.write until all of `data` is written (a write may take only part of it)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def replace_atomically(path: Path, data: bytes) -> None:
+    """Make `data` the content of `path` durably and all at once: written to a temporary
+    file, fsynced, renamed over `path`, then the directory fsynced, so that a crash leaves
+    the old file or the new one."""
+    tmp = path.with_suffix(".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        write_all(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    dfd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
