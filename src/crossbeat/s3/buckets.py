@@ -24,6 +24,7 @@ from crossbeat.s3.auth import Principal
 from crossbeat.s3.datapath import read_document
 from crossbeat.s3.errors import S3Error
 from crossbeat.s3.http import Request, Response, xml_response
+from crossbeat.s3.objectmeta import require_checksum
 
 if TYPE_CHECKING:
     from crossbeat.s3.gateway import Gateway
@@ -175,7 +176,7 @@ async def put_lifecycle(gw: Gateway, req: Request, p: Principal, ctx: Any) -> Re
     with rule-level Prefixes): replaces the whole configuration; the lifecycle pass
     (s3/lifecycle.py) applies it."""
     await gw.bucket(req.bucket, p, fresh=True)
-    lifecycle_config.require_checksum(req.headers)
+    require_checksum(req.headers)
     size_default = lifecycle_config.transition_size_default(req.headers)
     config = lifecycle_config.parse_lifecycle(await read_document(req, ctx))
     config["transitionDefaultMinimumObjectSize"] = size_default
@@ -189,7 +190,7 @@ async def put_cors(gw: Gateway, req: Request, p: Principal, ctx: Any) -> Respons
     flexible checksum, and a document of at most 64 KB. s3/cors.py applies it; other
     gateway processes do within `gateway.RECENT_BUCKET_TTL_S` (see `Gateway.cors_of`)."""
     await gw.bucket(req.bucket, p, fresh=True)
-    lifecycle_config.require_checksum(req.headers)
+    require_checksum(req.headers)
     body = await read_document(req, ctx, limit=cors_config.MAX_DOCUMENT_BYTES)
     config = cors_config.parse_cors(body)
     await gw.run(gw.store.update_bucket, req.bucket, cors=config)

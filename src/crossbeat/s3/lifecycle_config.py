@@ -89,19 +89,6 @@ def transition_size_default(headers: dict[str, str]) -> str:
     return value
 
 
-def require_checksum(headers: dict[str, str]) -> None:
-    """AWS requires the body of PutBucketLifecycleConfiguration to carry an integrity check:
-    Content-MD5 or a flexible checksum (header or declared trailer). InvalidRequest when
-    there is none; the body decoder then verifies whichever was sent."""
-    if "content-md5" in headers:
-        return
-    if any(name.startswith("x-amz-checksum-") and name != "x-amz-checksum-type" for name in headers):
-        return
-    if "x-amz-checksum-" in headers.get("x-amz-trailer", "").lower():
-        return
-    raise _invalid_request("Missing required header for this request: Content-MD5 OR x-amz-checksum-*")
-
-
 # --------------------------------------------------------------------------------------------
 # parsing
 

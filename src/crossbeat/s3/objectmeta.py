@@ -140,6 +140,19 @@ def require_length(headers: dict[str, str]) -> None:
         raise S3Error("MissingContentLength")
 
 
+def require_checksum(headers: dict[str, str]) -> None:
+    """AWS requires the body of some configuration PUTs (lifecycle, CORS) to carry an
+    integrity check: Content-MD5 or a flexible checksum (header or declared trailer).
+    InvalidRequest when there is none; the body decoder then verifies whichever was sent."""
+    if "content-md5" in headers:
+        return
+    if any(name.startswith("x-amz-checksum-") and name != "x-amz-checksum-type" for name in headers):
+        return
+    if "x-amz-checksum-" in headers.get("x-amz-trailer", "").lower():
+        return
+    raise S3Error("InvalidRequest", "Missing required header for this request: Content-MD5 OR x-amz-checksum-*")
+
+
 def refuse_customer_key(headers: dict[str, str]) -> None:
     """A read naming an SSE-C key: no object here is encrypted with one (AWS's answer for
     an object stored without SSE-C)."""

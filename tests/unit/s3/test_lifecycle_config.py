@@ -16,9 +16,9 @@ from crossbeat.s3.lifecycle_config import (
     expiration_header,
     lifecycle_xml,
     parse_lifecycle,
-    require_checksum,
     rule_matches,
 )
+from crossbeat.s3.objectmeta import require_checksum
 
 DAY = 86400.0
 
