@@ -46,6 +46,7 @@ REPOSITORY_INFO = "repository.json"
 TRASH_PREFIX = ".cleanup-"  # never an objectId: ids cannot contain dots
 
 _WRITE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
+_PREPARED_FLAGS = os.O_WRONLY | os.O_CLOEXEC
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 
 
@@ -57,9 +58,11 @@ def _fsync_dir(path: str) -> None:
         os.close(fd)
 
 
-def _write_file(path: str, data: bytes | bytearray | memoryview, sync: bool = True) -> None:
+def _write_file(
+    path: str, data: bytes | bytearray | memoryview, sync: bool = True, flags: int = _WRITE_FLAGS
+) -> None:
     """Write `data` to a new file at `path` and (unless `sync` is False) fsync it."""
-    fd = os.open(path, _WRITE_FLAGS, 0o644)
+    fd = os.open(path, flags, 0o644)
     try:
         view = memoryview(data)
         while view:
@@ -605,11 +608,14 @@ class SfsWriter(ObjectWriter):
                 raise
             # its directories were removed after they were made (a cleanup pass)
             os.makedirs(f"{obj_dir}/chunks/0", exist_ok=True)
+            self._prepared = False  # its chunk file is gone with them
             self._write_small_files(obj_dir)
 
     def _write_small_files(self, obj_dir: str) -> None:
         if self._buffer:
-            _write_file(self.repo.chunk_path(self.data_key, 0), self._buffer, sync=False)
+            # a prepared object's chunk file exists, empty (sfs_prepared): no new inode here
+            flags = _PREPARED_FLAGS if self._prepared else _WRITE_FLAGS
+            _write_file(self.repo.chunk_path(self.data_key, 0), self._buffer, sync=False, flags=flags)
         manifest = Manifest(
             object_id=self.data_key,
             size=self._size,

@@ -8,13 +8,16 @@ acknowledges only after fsync leaves the CPU idle part of the time while it wait
 disk (11-12% with 64 s5cmd clients), so a helper process running at `SCHED_IDLE` priority
 makes those directories in that idle time, for object ids it picks itself, and hands the ids
 over a pipe. Measured (interleaved rounds of 2,000 4 KiB PUTs, 64 workers, two gateway
-processes): +7-8% PUT/s with the default 256, machine idle 11.7% -> 6.0%.
+processes): +7-8% PUT/s with the default 256, machine idle 11.7% -> 6.0%. The helper also
+makes the object's (empty) chunk file `chunks/0/{objectId}-0`, so the writer allocates no
+inode for it either (10 interleaved rounds: +2% PUT/s, 4% less CPU per PUT, idle 5.6% ->
+4.8%). The manifest is not made ahead: its presence is what makes an object complete.
 
 Contract:
 - `take()` never waits for the helper: it costs at most one non-blocking read (and, the
   first time, starting the helper). It returns an objectId whose directories
-  `{fanout}/{id}/chunks/0` were made, or None when none is ready (the caller then makes an
-  id and its directories itself). Each id is handed out once: one `PreparedDirs` per
+  `{fanout}/{id}/chunks/0` and empty chunk file `{id}-0` were made, or None when none is
+  ready (the caller then makes an id and its directories itself). Each id is handed out once: one `PreparedDirs` per
   process and repository.
 - The pipe's capacity bounds how many are made ahead: the helper blocks writing to a full
   pipe, so an idle gateway costs nothing after its pool is full. The pipe holds `count` ids
@@ -62,6 +65,7 @@ _BOOTSTRAP = (
     "from crossbeat.repositories.sfs_prepared import _helper\n"
     "_helper(sys.argv[3], int(sys.argv[4]))\n"
 )
+_CHUNK_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 
 
@@ -209,6 +213,8 @@ def _helper(root: str, fd: int) -> None:
             key = new_object_id()
             try:
                 make_object_dirs(root, key)
+                # the empty chunk file too: the writer then opens it without making an inode
+                os.close(os.open(f"{object_dir(root, key)}/chunks/0/{key}-0", _CHUNK_FLAGS, 0o644))
             except FileExistsError:  # an id made twice: never seen, but not this helper's end
                 key = None
                 continue

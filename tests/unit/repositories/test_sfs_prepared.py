@@ -68,6 +68,9 @@ def test_each_prepared_id_comes_once_with_its_directories(repo: SfsRepository) -
     for key in keys:
         assert len(key) == ID_WIDTH and is_object_id(key)
         assert (repo.root / key[-3:] / key / "chunks" / "0").is_dir()
+        # its chunk file is made ahead too, empty; the manifest is not (it commits the object)
+        assert (repo.root / key[-3:] / key / "chunks" / "0" / f"{key}-0").read_bytes() == b""
+        assert not (repo.root / key[-3:] / key / "manifest.json").exists()
     assert all(w.stage() for w in writers)
     locations = [w.commit() for w in writers]
     assert [repo.read_bytes(loc.dataKey) for loc in locations] == [
