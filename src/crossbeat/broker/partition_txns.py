@@ -2,8 +2,9 @@
 and the aborted-transaction index that read_committed fetches need (KIP-98).
 
 A partition's state is built once per process from its stored batch headers (a forward
-walk of the log, reading the control batches' records), the first time anything needs it,
-then kept up to date by the produce path and the transaction coordinator:
+walk of the log that reads only the transactional batches' headers and the control
+batches' records), the first time anything needs it, in a worker thread (`ensure`), then
+kept up to date by the produce path and the transaction coordinator:
 
 - `begin` when a transactional batch of a producer with no open transaction here is about
   to be appended, with the log end offset as a lower bound of its first offset (so the
@@ -17,12 +18,15 @@ LSO = the first offset of the earliest open transaction, else the high watermark
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from dataclasses import dataclass, field
 
 from crossbeat.broker.control_batch import ABORT, COMMIT, control_type
 from crossbeat.stream import Stream
+from crossbeat.stream.batch import TRANSACTIONAL
 from crossbeat.stream.errors import StreamError
+from crossbeat.stream.header_walk import HeaderWalk
 
 log = logging.getLogger(__name__)
 
@@ -81,33 +85,103 @@ class TxnIndex:
             self.aborted = [a for a in self.aborted if a.last_offset >= log_start]
 
 
-def rebuild(stream: Stream) -> TxnIndex:
-    """The index of `stream` from its stored (durable) batches."""
-    index = TxnIndex()
-    for header in stream.batch_headers():
-        if not header.is_transactional or header.producer_id < 0:
+def add_walk(index: TxnIndex, walk: HeaderWalk, name: str) -> None:
+    """Apply the transactional batches and markers `walk` meets to `index`, in log order
+    (runs on any thread: it reads only through the walk)."""
+    for batch in walk:
+        header = batch.header
+        if header.producer_id < 0:
             continue
         if not header.is_control:
             index.open.setdefault(header.producer_id, header.base_offset)
             continue
-        chunks = stream.read(header.base_offset, 1)
-        kind = control_type(chunks[0]) if chunks else None
+        try:
+            kind: int | None = control_type(batch.read())
+        except (OSError, ValueError):
+            kind = None
         if kind in (ABORT, COMMIT):
             index.end(header.producer_id, header.base_offset, kind == COMMIT)
         else:
-            log.warning("%s: unreadable control batch at %d", stream.name, header.base_offset)
+            log.warning("%s: unreadable control batch at %d", name, header.base_offset)
+
+
+def rebuild(stream: Stream) -> TxnIndex:
+    """The index of `stream` from its stored (durable) batches, built here and now."""
+    index = TxnIndex()
+    with stream.header_walk(TRANSACTIONAL) as walk:
+        add_walk(index, walk, stream.name)
     return index
 
 
 class PartitionTxns:
-    """The `TxnIndex` of every partition that needed one, by stream name."""
+    """The `TxnIndex` of every partition that needed one, by stream name.
+
+    An index is built from the partition's log the first time it is needed: by `ensure`,
+    which the broker's handlers await, in a worker thread, so that walking a long log after
+    a restart holds up neither the event loop nor other partitions; or by `get` on the spot
+    (what `ensure` leaves to it: a build that failed is tried again there, and fails there).
+
+    The callers of `ensure` for one partition pass it in the order they called it (a queue
+    per partition while its index is being built, and until its last waiter has passed):
+    a transactional producer's batches, which wait there, reach the log in the order they
+    arrived, and none that comes after the build can overtake one that waited for it.
+    """
 
     def __init__(self) -> None:
         self._indexes: dict[str, TxnIndex] = {}
+        self._building: dict[str, asyncio.Task[None]] = {}
+        self._last_waiter: dict[str, asyncio.Future[None]] = {}
+
+    async def ensure(self, stream: Stream) -> None:
+        """Return once the partition's index exists (or its build failed), in call order
+        for this partition. Costs nothing once the index is built and nobody waits."""
+        name = stream.name
+        ahead = self._last_waiter.get(name)
+        if ahead is None:
+            if name in self._indexes:
+                return
+            ahead = self._building.get(name)
+            if ahead is None:
+                ahead = asyncio.ensure_future(self._build(stream))
+                self._building[name] = ahead
+                ahead.add_done_callback(lambda done: self._built(name, done))
+        mine = asyncio.get_running_loop().create_future()
+        self._last_waiter[name] = mine
+        try:
+            await asyncio.shield(ahead)
+        except StreamError:  # left to `get`, which tries again and raises
+            pass
+        finally:  # the next waiter goes on once this one has (cancelled or not)
+            mine.set_result(None)
+            if self._last_waiter.get(name) is mine:
+                del self._last_waiter[name]
+
+    def _built(self, name: str, done: asyncio.Task[None]) -> None:
+        if self._building.get(name) is done:
+            del self._building[name]
+        if not done.cancelled() and done.exception() is not None:
+            log.warning("%s: transaction index not built: %s", name, done.exception())
+
+    async def _build(self, stream: Stream) -> None:
+        index = TxnIndex()
+        walk = stream.header_walk(TRANSACTIONAL)
+        try:
+            await asyncio.to_thread(add_walk, index, walk, stream.name)
+        finally:
+            walk.close()
+        if self._building.get(stream.name) is not asyncio.current_task():
+            return  # forgotten meanwhile (its topic was deleted)
+        if stream.name in self._indexes:
+            return  # `get` built it meanwhile
+        # What became durable during the walk, walked here on the loop: normally nothing
+        # transactional, since transactional appends and markers wait for this build.
+        with stream.header_walk(TRANSACTIONAL, start_offset=walk.end_offset) as rest:
+            add_walk(index, rest, stream.name)
+        self._indexes[stream.name] = index
 
     def get(self, stream: Stream) -> TxnIndex:
-        """The partition's index, built from its log the first time (raises StreamError if
-        the log cannot be read)."""
+        """The partition's index, built from its log on the spot if `ensure` has not built
+        it (raises StreamError if the log cannot be read)."""
         index = self._indexes.get(stream.name)
         if index is None:
             index = self._indexes[stream.name] = rebuild(stream)
@@ -125,5 +199,7 @@ class PartitionTxns:
             return stream.end_offset
 
     def forget(self, stream_name: str) -> None:
-        """Drop a partition's index (its topic was deleted)."""
+        """Drop a partition's index (its topic was deleted); a build under way is not kept
+        (its waiters go on, and find none)."""
         self._indexes.pop(stream_name, None)
+        self._building.pop(stream_name, None)

@@ -188,6 +188,9 @@ class TxnCoordinator:
         stream = b.topics.partition(topic, index)
         if stream is None:  # deleted since: nothing to mark
             return
+        await b.partition_txns.ensure(stream)  # built off the loop the first time
+        if b.topics.partition(topic, index) is not stream:  # deleted meanwhile
+            return
         txns = b.partition_txns.get(stream)  # before the append: a rebuild must not see it
         offset = await stream.append(control_batch(txn.pid, txn.epoch, commit, _now_ms()))
         txns.end(txn.pid, offset, commit)

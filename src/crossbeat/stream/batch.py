@@ -211,10 +211,14 @@ def scan(
     return ScanResult(scanner.valid_bytes, next_offset, positions, headers, scanner.error)
 
 
+TRANSACTIONAL = 0x10  # attributes bit: a transactional batch (KIP-98); control batches have it too
+
+
 def iter_batch_positions(
-    read: ReadAt, start: int, end: int, chunk: int = 8192
+    read: ReadAt, start: int, end: int, chunk: int = 8192, attributes: int = 0
 ) -> Iterator[tuple[int, int, int, int]]:
-    """Yield (position, base_offset, size, next_offset) of each batch in [start, end).
+    """Yield (position, base_offset, size, next_offset) of each batch in [start, end), or,
+    with `attributes`, of each batch that has one of those attribute bits.
 
     `read(n, pos)` is a pread-like callable. Reads `chunk` bytes at a time so that walking
     many small batches costs few system calls, and big batches cost one small read each.
@@ -231,9 +235,10 @@ def iter_batch_positions(
             rel = 0
             if len(buf) < WALK_SIZE:
                 return
-        base, length, magic, _attributes, last_delta = WALK.unpack_from(buf, rel)
+        base, length, magic, attrs, last_delta = WALK.unpack_from(buf, rel)
         size = length + LOG_OVERHEAD
         if magic != MAGIC or length < HEADER_SIZE - LOG_OVERHEAD or pos + size > end:
             return
-        yield pos, base, size, base + last_delta + 1
+        if not attributes or attrs & attributes:
+            yield pos, base, size, base + last_delta + 1
         pos += size

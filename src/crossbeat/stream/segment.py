@@ -41,6 +41,22 @@ _MIN_READ = 16 * 1024  # smallest pread when walking or reading a segment
 _MAX_READ = 8 * 1024 * 1024  # largest single pread; a bigger first batch is read whole
 
 
+def walk_headers(
+    fd: int, size: int, start: int = 0, limit_offset: int | None = None, attributes: int = 0
+) -> Iterator[tuple[int, BatchHeader]]:
+    """(position, header) of each batch of the segment file open at `fd` in [start, size)
+    whose base offset is below `limit_offset` (with `attributes`, of each that has one of
+    those attribute bits)."""
+
+    def read(n: int, pos: int) -> bytes:
+        return os.pread(fd, n, pos)
+
+    for pos, base, _size, _nxt in iter_batch_positions(read, start, size, attributes=attributes):
+        if limit_offset is not None and base >= limit_offset:
+            return
+        yield pos, parse_header(os.pread(fd, HEADER_SIZE, pos))
+
+
 def segment_name(base_offset: int) -> str:
     return f"{base_offset:020d}"
 
@@ -326,13 +342,12 @@ class Segment:
         return used, False
 
     def headers(
-        self, start: int = 0, limit_offset: int | None = None
+        self, start: int = 0, limit_offset: int | None = None, attributes: int = 0
     ) -> Iterator[tuple[int, BatchHeader]]:
-        """Yield (position, header) of each batch from position `start` on."""
-        for pos, base, _size, _nxt in iter_batch_positions(self._pread, start, self.size):
-            if limit_offset is not None and base >= limit_offset:
-                return
-            yield pos, parse_header(os.pread(self.fd, HEADER_SIZE, pos))
+        """Yield (position, header) of each batch from position `start` on (with
+        `attributes`, of each that has one of those attribute bits: the others cost no
+        header read)."""
+        return walk_headers(self.fd, self.size, start, limit_offset, attributes)
 
     def headers_tail(self, n: int, limit_offset: int) -> list[BatchHeader]:
         """The last `n` batch headers below `limit_offset`, oldest first."""

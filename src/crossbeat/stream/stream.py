@@ -11,14 +11,15 @@ from __future__ import annotations
 import asyncio
 import bisect
 import logging
+import os
 import time
 from collections import deque
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from crossbeat.stream.batch import BatchHeader, assign, validate_batch
 from crossbeat.stream.errors import OffsetOutOfRange, StoreFailed, StreamError
+from crossbeat.stream.header_walk import HeaderWalk
 from crossbeat.stream.placement import RangeInfo, StreamMeta
 from crossbeat.stream.range_server import RangeReplica
 from crossbeat.stream.settings import StreamSettings
@@ -312,21 +313,27 @@ class Stream:
                 result = segment.headers_tail(n - len(result), end) + result
         return result[-n:] if n > 0 else []
 
-    def batch_headers(self) -> Iterator[BatchHeader]:
-        """Every durable batch header from the log start on, oldest first (a forward walk
-        of the whole log: O(batches); e.g. to rebuild a partition's transaction index).
-
-        Consume it without awaiting in between: the walk reads the segments as they are.
+    def header_walk(self, attributes: int = 0, start_offset: int | None = None) -> HeaderWalk:
+        """A snapshot walk of the durable batches from `start_offset` (default: the log
+        start) to the high watermark, oldest first, that may be consumed on another thread
+        while this stream goes on (see `header_walk`); with `attributes`, only the batches
+        that have one of those attribute bits, and the walk reads only the first 27 bytes of
+        the others, 8 KiB at a time. O(batches). Close it after use.
         """
         self._check_readable()
-        start, end = self.start_offset, self._hw
-        for replica in self._replicas:
-            for segment in replica.segments:
-                if segment.next_offset <= start:
-                    continue
-                for _pos, header in segment.headers(0, end):
-                    if header.next_offset > start:
-                        yield header
+        start = self.start_offset if start_offset is None else max(start_offset, self.start_offset)
+        end = self._hw
+        segments: list[tuple[int, int]] = []
+        try:
+            for replica in self._replicas:
+                for segment in replica.segments:
+                    if segment.next_offset > start and segment.base_offset < end:
+                        segments.append((os.dup(segment.fd), segment.size))
+        except BaseException:
+            for fd, _size in segments:
+                os.close(fd)
+            raise
+        return HeaderWalk(start, end, segments, attributes)
 
     # ---- ranges ------------------------------------------------------------------------
     def seal(self) -> RangeInfo:

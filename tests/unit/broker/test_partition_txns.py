@@ -92,3 +92,101 @@ def test_rebuilt_from_the_log(tmp_path: Path) -> None:
         await store.close()
 
     asyncio.run(run())
+
+
+async def _txn_log(root: Path) -> StreamStore:
+    """A store whose stream t-0 holds: 0 plain, 1 pid 1, 2 pid 2, 3 ABORT pid 1 (reopened)."""
+    settings = StreamSettings(flush_max_delay_ms=0)
+    store = await StreamStore.open(root, settings)
+    stream = store.create_stream("t-0")
+    await stream.append(data(-1, -1, transactional=False))
+    await stream.append(data(1, 0))
+    await stream.append(data(2, 0))
+    await stream.append(control_batch(1, 0, commit=False, timestamp_ms=0))
+    await store.close()
+    return await StreamStore.open(root, settings)
+
+
+def test_ensure_builds_the_index_off_the_event_loop(tmp_path: Path) -> None:
+    """The loop runs other work while the log is walked (a walk on the loop would not let
+    the ticker run at all before `ensure` returns)."""
+
+    async def run() -> None:
+        store = await _txn_log(tmp_path / "s")
+        stream = store.get_stream("t-0")
+        assert stream is not None
+        txns = PartitionTxns()
+        ticks = 0
+        done = False
+
+        async def ticker() -> None:
+            nonlocal ticks
+            while not done:
+                ticks += 1
+                await asyncio.sleep(0)
+
+        task = asyncio.ensure_future(ticker())
+        await asyncio.sleep(0)
+        before = ticks
+        await txns.ensure(stream)
+        done = True
+        await task
+        assert ticks > before
+        index = txns.peek("t-0")
+        assert index is not None
+        assert index.open == {2: 2}
+        assert index.aborted == [AbortedTxn(1, 1, 3)]
+        await txns.ensure(stream)  # built: returns at once, the same index
+        assert txns.get(stream) is index
+        await store.close()
+
+    asyncio.run(run())
+
+
+def test_ensure_lets_its_callers_pass_in_call_order(tmp_path: Path) -> None:
+    """Waiters of one partition pass in the order they came, and one that comes after the
+    build finished but before the waiters passed queues behind them (a producer's batches
+    must reach the log in the order they arrived)."""
+
+    async def run() -> None:
+        store = await _txn_log(tmp_path / "s")
+        stream = store.get_stream("t-0")
+        assert stream is not None
+        txns = PartitionTxns()
+        passed: list[int] = []
+        late: list[asyncio.Task[None]] = []
+
+        async def caller(n: int) -> None:
+            await txns.ensure(stream)
+            passed.append(n)
+
+        tasks = [asyncio.ensure_future(caller(0))]
+        await asyncio.sleep(0)  # caller 0 started the build
+        # a newcomer the moment the build is done: after caller 0 is woken, before the
+        # others are (their wake-ups would come after this callback's)
+        txns._building["t-0"].add_done_callback(
+            lambda _: late.append(asyncio.ensure_future(caller(5))))
+        tasks += [asyncio.ensure_future(caller(n)) for n in range(1, 5)]
+        await asyncio.gather(*tasks)
+        await asyncio.gather(*late)
+        assert passed == [0, 1, 2, 3, 4, 5]
+        assert txns._last_waiter == {}
+        await store.close()
+
+    asyncio.run(run())
+
+
+def test_a_build_for_a_forgotten_partition_is_not_kept(tmp_path: Path) -> None:
+    async def run() -> None:
+        store = await _txn_log(tmp_path / "s")
+        stream = store.get_stream("t-0")
+        assert stream is not None
+        txns = PartitionTxns()
+        waiter = asyncio.ensure_future(txns.ensure(stream))
+        await asyncio.sleep(0)
+        txns.forget("t-0")  # the topic was deleted while its log was walked
+        await waiter
+        assert txns.peek("t-0") is None
+        await store.close()
+
+    asyncio.run(run())

@@ -96,9 +96,19 @@ def _collect(ctx: Context, req: Any) -> tuple[list[Any], int, bool, list[tuple[S
     return out, used, errors, waitables
 
 
+async def _ensure_indexes(ctx: Context, partitions: list[tuple[str, int]]) -> None:
+    """Have the transaction index of each existing partition built."""
+    txns, topics = ctx.broker.partition_txns, ctx.broker.topics
+    streams = [s for s in (topics.partition(t, p) for t, p in partitions) if s is not None]
+    for stream in streams:
+        await txns.ensure(stream)
+
+
 async def handle(ctx: Context, req: Any) -> Any:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max(req.max_wait_ms, 0) / 1000
+    if req.isolation_level == 1:  # read_committed: the transaction indexes, built off the loop
+        await _ensure_indexes(ctx, [(t.topic, p.partition) for t in req.topics for p in t.partitions])
     while True:
         responses, used, errors, waitables = _collect(ctx, req)
         remaining = deadline - loop.time()

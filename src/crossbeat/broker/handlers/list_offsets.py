@@ -60,6 +60,7 @@ async def handle(ctx: Context, req: Any) -> Any:
                 epoch = leader_epoch(stream)
                 try:
                     if p.timestamp == LATEST and committed_only:
+                        await ctx.broker.partition_txns.ensure(stream)  # built off the loop
                         offset = ctx.broker.partition_txns.last_stable_offset(stream)
                     elif p.timestamp == LATEST:
                         offset = stream.end_offset

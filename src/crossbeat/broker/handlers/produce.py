@@ -148,6 +148,9 @@ async def produce_one(ctx: Context, topic_name: str, index: int, records: Any,
 
     txn_index = None
     if header.is_transactional:
+        # the partition's transaction index, built in a worker thread the first time; the
+        # producer's batches pass here in the order they arrived
+        await broker.partition_txns.ensure(stream)
         # no await from here to the append: a marker ending the transaction is appended
         # either before this check (which then refuses) or after this batch
         code = broker.txns.verify_produce(transactional_id, header.producer_id,
