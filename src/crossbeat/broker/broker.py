@@ -86,6 +86,10 @@ class Broker:
         next_retention = loop.time() + retention_interval
         expiry_interval = self.settings.offsets_retention_check_interval_ms / 1000
         next_expiry = loop.time() + expiry_interval
+        producer_interval = self.settings.producer_id_expiration_check_interval_ms / 1000
+        next_producers = loop.time() + producer_interval
+        tid_interval = self.settings.transactional_id_cleanup_interval_ms / 1000
+        next_tids = loop.time() + tid_interval
         while True:
             await asyncio.sleep(SWEEP_INTERVAL)
             try:
@@ -109,6 +113,26 @@ class Broker:
                                          self.settings.offsets_retention_ms)
                 except Exception:
                     log.exception("offset expiry failed")
+            if loop.time() >= next_producers:
+                next_producers = loop.time() + producer_interval
+                try:
+                    dropped = self.producers.expire(self.settings.producer_id_expiration_ms,
+                                                    self._in_transaction)
+                    if dropped:
+                        log.info("dropped the state of %d idle producers", dropped)
+                except Exception:
+                    log.exception("producer state expiry failed")
+            if loop.time() >= next_tids:
+                next_tids = loop.time() + tid_interval
+                try:
+                    await self.txns.remove_expired(self.settings.transactional_id_expiration_ms)
+                except Exception:
+                    log.exception("transactional id expiry failed")
+
+    def _in_transaction(self, stream_name: str, producer_id: int) -> bool:
+        """Whether `producer_id` has a transaction open on the partition `stream_name`."""
+        index = self.partition_txns.peek(stream_name)
+        return index is not None and producer_id in index.open
 
     async def close(self) -> None:
         """Answer waiting group requests, then flush and close offsets and streams."""

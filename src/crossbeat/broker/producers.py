@@ -15,6 +15,12 @@ Kafka's rules (KIP-98), which clients rely on:
 
 State is rebuilt lazily after a restart, per partition, from the stored batch headers
 (`Stream.batch_headers_tail`), the first time that partition sees a produce request.
+
+A producer's state on a partition expires once it has written nothing there for
+`producer_id_expiration_ms` (Kafka's producer.id.expiration.ms, a day), unless it has a
+transaction open there or a batch being appended (`expire`): without it, every short-lived
+idempotent producer would stay in memory for good. Its next batch there is then that of an
+unknown producer, as in Kafka. State rebuilt after a restart counts from the rebuild.
 """
 
 from __future__ import annotations
@@ -22,7 +28,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -42,10 +50,15 @@ class _Batch:
     offset: int | asyncio.Future[int]
 
 
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
 @dataclass
 class _ProducerEntry:
     epoch: int
     batches: deque[_Batch] = field(default_factory=lambda: deque(maxlen=IN_FLIGHT))
+    last_ms: int = field(default_factory=_now_ms)  # its last batch or marker here
 
 
 @dataclass(frozen=True)
@@ -122,6 +135,7 @@ class ProducerStates:
                 return Verdict(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER)
         pending = _Batch(first, last, asyncio.get_running_loop().create_future())
         entry.batches.append(pending)
+        entry.last_ms = _now_ms()
         return Verdict(pending=pending)
 
     def marked(self, stream: Stream, producer_id: int, epoch: int) -> None:
@@ -132,6 +146,28 @@ class ProducerStates:
         entry = state.get(producer_id)
         if entry is None or epoch > entry.epoch:
             state[producer_id] = _ProducerEntry(epoch)
+        else:
+            entry.last_ms = _now_ms()
+
+    def expire(
+        self, expiration_ms: int, in_transaction: Callable[[str, int], bool],
+        now_ms: int | None = None,
+    ) -> int:
+        """Forget every producer that has written nothing to a partition for
+        `expiration_ms`, unless `in_transaction(partition, producer id)` or a batch of it is
+        being appended there; returns how many were forgotten."""
+        now = _now_ms() if now_ms is None else now_ms
+        removed = 0
+        for name, state in self._partitions.items():
+            for pid in [pid for pid, entry in state.items() if now - entry.last_ms > expiration_ms]:
+                entry = state[pid]
+                if any(isinstance(b.offset, asyncio.Future) for b in entry.batches):
+                    continue
+                if in_transaction(name, pid):
+                    continue
+                del state[pid]
+                removed += 1
+        return removed
 
     @staticmethod
     def appended(verdict: Verdict, base_offset: int) -> None:

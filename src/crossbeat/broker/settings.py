@@ -101,6 +101,26 @@ class BrokerSettings(BaseSettings):
         600_000, ge=100,
         description="how often expired offsets and Dead groups are removed (Kafka's default)",
     )
+    producer_id_expiration_ms: int = Field(
+        86_400_000, ge=100,
+        description="an idempotent producer's state on a partition is dropped once it has "
+        "written nothing there this long (unless a transaction of it is open there); "
+        "Kafka's producer.id.expiration.ms (1 day)",
+    )
+    producer_id_expiration_check_interval_ms: int = Field(
+        600_000, ge=100,
+        description="how often expired producer states are dropped (Kafka's default)",
+    )
+    transactional_id_expiration_ms: int = Field(
+        604_800_000, ge=100,
+        description="a transactional id with no transaction under way and no change this "
+        "long is removed; Kafka's transactional.id.expiration.ms (7 days)",
+    )
+    transactional_id_cleanup_interval_ms: int = Field(
+        3_600_000, ge=100,
+        description="how often expired transactional ids are removed; Kafka's "
+        "transaction.remove.expired.transaction.cleanup.interval.ms",
+    )
     retention_check_interval_ms: int = Field(
         300_000, ge=100, description="how often expired segments are deleted (Kafka's default)"
     )

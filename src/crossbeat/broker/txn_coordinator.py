@@ -23,6 +23,12 @@ Operations on one id are serialised by a lock.
 
 A transaction still open when the broker stops is aborted when it restarts (with a bumped
 epoch), not left to time out: its producer's connection ended with the broker.
+
+A transactional id whose state has not changed for `transactional_id_expiration_ms`
+(Kafka's transactional.id.expiration.ms, 7 days) and that has no transaction under way is
+removed (`remove_expired`), as in Kafka: its next InitProducerId starts it afresh, with a
+new producer id. Ids loaded from a log written before this field existed count from the
+load.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import weakref
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -73,6 +80,7 @@ class Txn:
     # producer that held it gets the current epoch (its response was lost, or the bump was
     # this coordinator's timeout abort) rather than PRODUCER_FENCED
     previous: tuple[int, int] = (-1, -1)
+    updated_ms: int = field(default_factory=lambda: _now_ms())  # its last durable change
 
     @property
     def start_ms(self) -> int:
@@ -86,7 +94,7 @@ class Txn:
             "tid": self.tid, "pid": self.pid, "epoch": self.epoch, "timeout": self.timeout_ms,
             "state": self.state, "parts": sorted([t, p] for t, p in self.partitions),
             "groups": sorted(self.groups), "start": self.started_ms,
-            "prev": list(self.previous),
+            "prev": list(self.previous), "updated": self.updated_ms,
             "offsets": {g: [[t, p, *v] for (t, p), v in o.items()]
                         for g, o in self.offsets.items()},
         }
@@ -101,6 +109,7 @@ class Txn:
                      for g, entries in doc["offsets"].items()},
             started_ms=int(doc["start"]),
             previous=(int(doc.get("prev", (-1, -1))[0]), int(doc.get("prev", (-1, -1))[1])),
+            updated_ms=int(doc.get("updated", _now_ms())),
         )
 
 
@@ -112,13 +121,43 @@ class TxnCoordinator:
         self._broker = broker
         self._max_timeout_ms = max_timeout_ms
         self._txns = {tid: Txn.from_doc(doc) for tid, doc in docs.items()}
-        self._locks: dict[str, asyncio.Lock] = {}
+        # one lock per id while anyone holds or awaits it (weak: an idle id's goes away)
+        self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
 
     def _lock(self, tid: str) -> asyncio.Lock:
-        return self._locks.setdefault(tid, asyncio.Lock())
+        lock = self._locks.get(tid)
+        if lock is None:
+            lock = self._locks[tid] = asyncio.Lock()
+        return lock
 
     async def _save(self, txn: Txn) -> None:
+        txn.updated_ms = _now_ms()
         await self._broker.txn_log.write(txn.doc())
+
+    async def remove_expired(self, expiration_ms: int, now_ms: int | None = None) -> int:
+        """Remove the transactional ids idle (Empty or Complete*) and unchanged for longer
+        than `expiration_ms`; returns how many. Each removal is durable before the id is
+        forgotten; one the log refuses (logged) stays for the next pass."""
+        now = _now_ms() if now_ms is None else now_ms
+        removed = 0
+        for tid, txn in list(self._txns.items()):
+            if txn.state not in _IDLE or now - txn.updated_ms <= expiration_ms:
+                continue
+            async with self._lock(tid):
+                if self._txns.get(tid) is not txn or txn.state not in _IDLE:
+                    continue  # changed while this pass waited for the lock
+                if now - txn.updated_ms <= expiration_ms:
+                    continue
+                try:
+                    await self._broker.txn_log.remove(tid)
+                except OSError as exc:
+                    log.error("cannot remove expired transactional id %r: %s", tid, exc)
+                    continue
+                del self._txns[tid]
+                removed += 1
+        if removed:
+            log.info("removed %d expired transactional ids", removed)
+        return removed
 
     # -- recovery and timeouts -------------------------------------------------------------
     async def recover(self) -> None:

@@ -1,7 +1,8 @@
 """The transaction log: the durable state of every transactional id, in `transactions.log`.
 
 One JSON line per change, holding the id's whole state (producer id and epoch, timeout,
-transaction state, partitions, groups, staged offsets); the last line of an id wins. Each
+transaction state, partitions, groups, staged offsets); the last line of an id wins, and a
+line `{"tid": ..., "removed": true}` removes the id (an expired one). Each
 line is fsynced before `write` returns, so the coordinator acts on a change (writes
 markers, answers the client) only once a restart would see it. A torn or corrupt tail
 (a crash mid-write) is cut at open. The file is rewritten with one line per id at open and
@@ -55,7 +56,10 @@ class TxnLog:
         data = self._path.read_bytes() if self._path.exists() else b""
         docs, pos = read_lines(data, _decode)
         for doc in docs:
-            self._docs[doc["tid"]] = doc
+            if doc.get("removed") is True:
+                self._docs.pop(doc["tid"], None)
+            else:
+                self._docs[doc["tid"]] = doc
         if pos < len(data):
             log.warning("transaction log %s: cutting %d bytes of torn or corrupt tail",
                         self._path, len(data) - pos)
@@ -76,7 +80,10 @@ class TxnLog:
     def _append(self, doc: dict[str, Any]) -> None:
         write_all(self._fd, self._line(doc))
         os.fsync(self._fd)
-        self._docs[doc["tid"]] = doc
+        if doc.get("removed") is True:
+            self._docs.pop(doc["tid"], None)
+        else:
+            self._docs[doc["tid"]] = doc
         self._lines += 1
         if self._lines > len(self._docs) + self._compact_after:
             self._rewrite()
@@ -88,6 +95,11 @@ class TxnLog:
             if self._fd < 0:
                 raise OSError("transaction log is closed")
             await asyncio.to_thread(self._append, doc)
+
+    async def remove(self, tid: str) -> None:
+        """Remove `tid` durably (a removal line; compaction drops both). Raises OSError if
+        the write fails."""
+        await self.write({"tid": tid, "removed": True})
 
     def close(self) -> None:
         if self._fd >= 0:

@@ -4,6 +4,7 @@ rebuilt from batch headers after a reopen."""
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 
 from kafka.record.default_records import DefaultRecordBatchBuilder
@@ -75,3 +76,33 @@ def test_producer_ids_are_never_reused(tmp_path: Path) -> None:
     first = asyncio.run(run())
     second = asyncio.run(run())
     assert len(set(first + second)) == 6
+
+
+def test_idle_producers_expire_unless_in_a_transaction_or_appending(tmp_path: Path) -> None:
+    """producer.id.expiration.ms: an idle producer's state is dropped, so its next batch
+    past sequence 0 is that of an unknown producer; one with a transaction open on the
+    partition, or a batch being appended, is kept."""
+
+    async def run() -> None:
+        store = await StreamStore.open(tmp_path / "s", StreamSettings(flush_max_delay_ms=0))
+        stream = store.create_stream("t-0")
+        states = ProducerStates()
+        for pid in (7, 8):
+            assert (await produce(states, stream, batch(pid, 0, 0)))[0] is ErrorCode.NONE
+        appending = states.check(stream, parse_header(batch(9, 0, 0)))  # not appended yet
+        assert appending.pending is not None
+        later = int(time.time() * 1000) + 10_000
+        # not idle long enough: nothing goes
+        assert states.expire(60_000, lambda name, pid: False, now_ms=later) == 0
+        in_txn = {("t-0", 8)}
+        assert states.expire(5_000, lambda name, pid: (name, pid) in in_txn, now_ms=later) == 1
+        assert (await produce(states, stream, batch(7, 0, 2)))[0] is ErrorCode.UNKNOWN_PRODUCER_ID
+        assert (await produce(states, stream, batch(8, 0, 2)))[0] is ErrorCode.NONE
+        base = await stream.append(batch(9, 0, 0))
+        states.appended(appending, base)
+        assert (await produce(states, stream, batch(9, 0, 2)))[0] is ErrorCode.NONE
+        # the expired producer starting over at sequence 0 is accepted, as a new one
+        assert (await produce(states, stream, batch(7, 0, 0)))[0] is ErrorCode.NONE
+        await store.close()
+
+    asyncio.run(run())

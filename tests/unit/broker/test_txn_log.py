@@ -28,3 +28,33 @@ def test_last_state_wins_torn_tail_cut_and_compacted(tmp_path: Path) -> None:
                           "b": {"tid": "b", "state": "Empty"}}
     log.close()
     assert len(path.read_bytes().splitlines()) == 2
+
+
+def test_a_removed_id_stays_removed_and_compaction_drops_it(tmp_path: Path) -> None:
+    async def run() -> None:
+        log = TxnLog(tmp_path, compact_after=100)
+        log.load()
+        await log.write({"tid": "a", "state": "CompleteCommit"})
+        await log.write({"tid": "b", "state": "Empty"})
+        await log.remove("a")
+        log.close()
+
+    asyncio.run(run())
+    path = tmp_path / FILE_NAME
+    assert len(path.read_bytes().splitlines()) == 3  # the removal is a line of its own
+    log = TxnLog(tmp_path)
+    assert log.load() == {"b": {"tid": "b", "state": "Empty"}}
+    log.close()
+    assert path.read_bytes().splitlines() == [b'{"tid":"b","state":"Empty"}']  # rewritten
+
+    async def again() -> None:  # an id removed, then used afresh
+        log = TxnLog(tmp_path)
+        log.load()
+        await log.remove("b")
+        await log.write({"tid": "b", "state": "Ongoing"})
+        log.close()
+
+    asyncio.run(again())
+    log = TxnLog(tmp_path)
+    assert log.load() == {"b": {"tid": "b", "state": "Ongoing"}}
+    log.close()
