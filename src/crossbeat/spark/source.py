@@ -1,6 +1,7 @@
 """`format("crossbeat-kafka")`: a PySpark source over Kafka-protocol topics, streaming
 (`spark.readStream`) and batch (`spark.read`), behaving as Spark's built-in Kafka source
-(`format("kafka")`) for the options below.
+(`format("kafka")`) for the options below. Writing to the format (`df.write`,
+`df.writeStream`) is the sink of `crossbeat.spark.sink`.
 
 Works the same against the embedded broker and any Apache Kafka cluster: it only uses
 librdkafka (confluent-kafka). Options (names case-insensitive; an unknown option or an
@@ -91,6 +92,8 @@ from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
     DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
     InputPartition,
 )
 from pyspark.sql.streaming.datasource import (
@@ -213,6 +216,17 @@ class CrossbeatKafkaDataSource(DataSource):
 
     def reader(self, schema: Any) -> DataSourceReader:
         return KafkaBatchReader(dict(self.options))
+
+    def writer(self, schema: Any, overwrite: bool) -> DataSourceWriter:
+        # Kafka cannot overwrite: every save mode appends, as with Spark's Kafka sink
+        from crossbeat.spark.sink import KafkaSinkWriter
+
+        return KafkaSinkWriter(dict(self.options), schema)
+
+    def streamWriter(self, schema: Any, overwrite: bool) -> DataSourceStreamWriter:
+        from crossbeat.spark.sink import KafkaSinkStreamWriter
+
+        return KafkaSinkStreamWriter(dict(self.options), schema)
 
 
 class KafkaStreamReader(DataSourceStreamReader):
