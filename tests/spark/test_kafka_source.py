@@ -510,3 +510,44 @@ def _progress_time(stamp: str) -> float:
     from datetime import datetime
 
     return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+
+
+def test_trigger_available_now_reads_what_was_there_in_bounded_batches(
+    spark: Any, broker: Service, tmp_path: Path
+) -> None:
+    """Trigger.AvailableNow: up to the offsets of the start, in batches of at most
+    maxOffsetsPerTrigger, minOffsetsPerTrigger holding none back; what is written meanwhile
+    waits for the next run, which reads just that."""
+    topic = fresh_topic(broker)
+    produce(broker, topic, 250)
+
+    class WritesDuringFirstBatch(Collector):
+        def __call__(self, df: Any, batch_id: int) -> None:
+            super().__call__(df, batch_id)
+            if len(self.batch_sizes) == 1:
+                produce(broker, topic, 30, start=250)  # after the run's target was fixed
+
+    def run(sink: Collector) -> None:
+        query = (
+            spark.readStream.format("crossbeat-kafka")
+            .option("kafka.bootstrap.servers", broker.address).option("subscribe", topic)
+            .option("maxOffsetsPerTrigger", "100").option("minOffsetsPerTrigger", "90")
+            .load()
+            .writeStream.foreachBatch(sink)
+            .option("checkpointLocation", str(tmp_path / "cp"))
+            .trigger(availableNow=True)
+            .start()
+        )
+        try:
+            assert query.awaitTermination(120), "the AvailableNow run did not end"
+            assert query.exception() is None
+        finally:
+            query.stop()
+
+    first = WritesDuringFirstBatch()
+    run(first)
+    assert first.values() == list(range(250))
+    assert max(first.batch_sizes) <= 100 and len([n for n in first.batch_sizes if n]) >= 3
+    second = Collector()
+    run(second)
+    assert second.values() == list(range(250, 280))

@@ -49,6 +49,8 @@ not take fails its start):
   passed since the last micro-batch was let through; the query's first trigger never
   waits. Not above `maxOffsetsPerTrigger`, which still caps a batch that runs. A trigger
   Spark plans with ReadAllAvailable (Trigger.Once) reads everything available;
+  Trigger.AvailableNow reads up to the offsets of its start in batches of at most
+  `maxOffsetsPerTrigger`, none held back by `minOffsetsPerTrigger`, then stops;
 - `rowsPerTask` (default 20000): a micro-batch's partition ranges are packed into Spark
   tasks of about this many records (a partition's range is never split), so a small
   batch is one task;
@@ -101,6 +103,7 @@ from pyspark.sql.streaming.datasource import (
     ReadLimit,
     ReadMaxRows,
     ReadMinRows,
+    SupportsTriggerAvailableNow,
 )
 
 from crossbeat.spark import kafka_client
@@ -229,9 +232,16 @@ class CrossbeatKafkaDataSource(DataSource):
         return KafkaSinkStreamWriter(dict(self.options), schema)
 
 
-class KafkaStreamReader(DataSourceStreamReader):
+class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """`spark.readStream`. `clock`: wall-clock seconds as time.time gives them, for
-    maxTriggerDelay (a test passes its own)."""
+    maxTriggerDelay (a test passes its own).
+
+    Trigger.AvailableNow: the query reads up to the latest offsets of its partitions as
+    they are when it starts (records written later, and partitions that appear later, wait
+    for the next run), in micro-batches of at most maxOffsetsPerTrigger, then stops.
+    minOffsetsPerTrigger holds none of them back, as Spark's Kafka source: the last
+    records would otherwise never be read. A paused stream (pauseTopic) has nothing
+    available: the run ends."""
 
     def __init__(
         self, options: Mapping[str, str], clock: Callable[[], float] = time.time
@@ -248,6 +258,8 @@ class KafkaStreamReader(DataSourceStreamReader):
         self._gate_closed = True
         # (start, end, where reading starts) of the batch latestOffset planned last
         self._plan: tuple[Offsets, Offsets, Offsets] | None = None
+        # Trigger.AvailableNow: the latest offsets when the query started, read no further
+        self._available_now: Offsets | None = None
 
     # Clients are driver-only and not picklable: the copies sent to executors drop them.
     def __getstate__(self) -> dict[str, Any]:
@@ -279,6 +291,10 @@ class KafkaStreamReader(DataSourceStreamReader):
             self._gate_closed = self._gate.refresh(timeout=0.5)
             self._gate_checked = now
         return self._gate_closed
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        _low, high = self._offsets()
+        self._available_now = high
 
     def initialOffset(self) -> dict[str, Any]:
         low, high = self._offsets()
@@ -328,9 +344,13 @@ class KafkaStreamReader(DataSourceStreamReader):
             # Broker unreachable: plan no new data this trigger rather than fail the query.
             log.warning("cannot read offsets of %s: %s", self.sub, exc)
             return previous
+        if self._available_now is not None:
+            high = _capped(high, self._available_now)
         begin, lost = reconcile(self.sub.restrict(previous), low, high, report_new=True)
         kafka_client.report_loss(lost, self.opts.fail_on_data_loss)
-        if isinstance(limit, ReadMinRows):
+        if isinstance(limit, ReadMinRows) and self._available_now is not None:
+            max_rows = self.opts.max_rows  # AvailableNow: no batch waits for more records
+        elif isinstance(limit, ReadMinRows):
             if self._delay_batch(limit.min_rows, begin, high):
                 return previous  # no batch this trigger
             max_rows = self.opts.max_rows
@@ -370,6 +390,14 @@ class KafkaStreamReader(DataSourceStreamReader):
             if client is not None:
                 client.close()
         self._watermarks = self._gate = None
+
+
+def _capped(high: Offsets, target: Offsets) -> Offsets:
+    """`high` no further than `target`, and only for its partitions (AvailableNow)."""
+    return {
+        topic: {p: min(o, high[topic][p]) for p, o in parts.items() if p in high.get(topic, {})}
+        for topic, parts in target.items() if topic in high
+    }
 
 
 class KafkaBatchReader(DataSourceReader):
