@@ -19,6 +19,7 @@ from crossbeat.broker.groups import SWEEP_INTERVAL, GroupCoordinator
 from crossbeat.broker.offset_expiry import expire_offsets
 from crossbeat.broker.offsets import OffsetStore
 from crossbeat.broker.partition_txns import PartitionTxns
+from crossbeat.broker.produce_order import ProduceOrder
 from crossbeat.broker.producers import ProducerIdAllocator, ProducerStates
 from crossbeat.broker.settings import BrokerSettings
 from crossbeat.broker.topics import Topics
@@ -50,6 +51,7 @@ class Broker:
         self.producers = ProducerStates()
         self.producer_ids = ProducerIdAllocator(settings.data_dir)
         self.partition_txns = PartitionTxns()
+        self.produce_order = ProduceOrder()
         self.txn_log = TxnLog(settings.data_dir)
         self.txns = TxnCoordinator(self, {}, MAX_TXN_TIMEOUT_MS)
         self.node_id = settings.node_id

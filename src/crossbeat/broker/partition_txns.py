@@ -19,6 +19,7 @@ LSO = the first offset of the earliest open transaction, else the high watermark
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from dataclasses import dataclass, field
 
@@ -120,41 +121,27 @@ class PartitionTxns:
     which the broker's handlers await, in a worker thread, so that walking a long log after
     a restart holds up neither the event loop nor other partitions; or by `get` on the spot
     (what `ensure` leaves to it: a build that failed is tried again there, and fails there).
-
-    The callers of `ensure` for one partition pass it in the order they called it (a queue
-    per partition while its index is being built, and until its last waiter has passed):
-    a transactional producer's batches, which wait there, reach the log in the order they
-    arrived, and none that comes after the build can overtake one that waited for it.
+    The produce path keeps a partition's batches in arrival order across that wait
+    (`produce_order`).
     """
 
     def __init__(self) -> None:
         self._indexes: dict[str, TxnIndex] = {}
         self._building: dict[str, asyncio.Task[None]] = {}
-        self._last_waiter: dict[str, asyncio.Future[None]] = {}
 
     async def ensure(self, stream: Stream) -> None:
-        """Return once the partition's index exists (or its build failed), in call order
-        for this partition. Costs nothing once the index is built and nobody waits."""
+        """Return once the partition's index exists, or its build failed (concurrent
+        callers share one build). Does not suspend once the index is built."""
         name = stream.name
-        ahead = self._last_waiter.get(name)
-        if ahead is None:
-            if name in self._indexes:
-                return
-            ahead = self._building.get(name)
-            if ahead is None:
-                ahead = asyncio.ensure_future(self._build(stream))
-                self._building[name] = ahead
-                ahead.add_done_callback(lambda done: self._built(name, done))
-        mine = asyncio.get_running_loop().create_future()
-        self._last_waiter[name] = mine
-        try:
-            await asyncio.shield(ahead)
-        except StreamError:  # left to `get`, which tries again and raises
-            pass
-        finally:  # the next waiter goes on once this one has (cancelled or not)
-            mine.set_result(None)
-            if self._last_waiter.get(name) is mine:
-                del self._last_waiter[name]
+        if name in self._indexes:
+            return
+        building = self._building.get(name)
+        if building is None:
+            building = asyncio.ensure_future(self._build(stream))
+            self._building[name] = building
+            building.add_done_callback(lambda done: self._built(name, done))
+        with contextlib.suppress(StreamError):  # left to `get`, which tries again and raises
+            await asyncio.shield(building)
 
     def _built(self, name: str, done: asyncio.Task[None]) -> None:
         if self._building.get(name) is done:

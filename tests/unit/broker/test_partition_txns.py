@@ -143,34 +143,19 @@ def test_ensure_builds_the_index_off_the_event_loop(tmp_path: Path) -> None:
     asyncio.run(run())
 
 
-def test_ensure_lets_its_callers_pass_in_call_order(tmp_path: Path) -> None:
-    """Waiters of one partition pass in the order they came, and one that comes after the
-    build finished but before the waiters passed queues behind them (a producer's batches
-    must reach the log in the order they arrived)."""
-
+def test_concurrent_callers_share_one_build(tmp_path: Path) -> None:
     async def run() -> None:
         store = await _txn_log(tmp_path / "s")
         stream = store.get_stream("t-0")
         assert stream is not None
         txns = PartitionTxns()
-        passed: list[int] = []
-        late: list[asyncio.Task[None]] = []
-
-        async def caller(n: int) -> None:
-            await txns.ensure(stream)
-            passed.append(n)
-
-        tasks = [asyncio.ensure_future(caller(0))]
-        await asyncio.sleep(0)  # caller 0 started the build
-        # a newcomer the moment the build is done: after caller 0 is woken, before the
-        # others are (their wake-ups would come after this callback's)
-        txns._building["t-0"].add_done_callback(
-            lambda _: late.append(asyncio.ensure_future(caller(5))))
-        tasks += [asyncio.ensure_future(caller(n)) for n in range(1, 5)]
-        await asyncio.gather(*tasks)
-        await asyncio.gather(*late)
-        assert passed == [0, 1, 2, 3, 4, 5]
-        assert txns._last_waiter == {}
+        first = asyncio.ensure_future(txns.ensure(stream))
+        await asyncio.sleep(0)
+        building = txns._building["t-0"]
+        await asyncio.gather(first, txns.ensure(stream), txns.ensure(stream))
+        assert building.done() and txns._building == {}
+        index = txns.peek("t-0")
+        assert index is not None and index.aborted == [AbortedTxn(1, 1, 3)]
         await store.close()
 
     asyncio.run(run())

@@ -21,7 +21,10 @@ MESSAGE_TOO_LARGE. Decoding is bounded: a batch that decompresses (header + reco
 than the broker's `max_decompressed_batch_bytes` — or, for `uncompressed`, than
 `max.message.bytes`, since the rebuilt batch would be that large — is MESSAGE_TOO_LARGE too,
 found before more than that was decompressed. With `producer`, the default, batches are
-stored as produced, unread.
+stored as produced, unread. A batch of `OFFLOAD_REBUILD_BYTES` or more is rebuilt in a
+worker thread, so that other clients are served meanwhile; the batches of its partition
+that come behind it wait for its append (`crossbeat.broker.produce_order`), so each
+partition's batches are appended in arrival order, as everywhere else on this path.
 
 Transactions (KIP-98): a transactional batch is accepted only from the producer (id and
 epoch) of an open transaction of the request's transactional id that holds the partition
@@ -45,6 +48,7 @@ from kafka.protocol.producer import ProduceResponse
 
 from crossbeat.broker.errors import ErrorCode
 from crossbeat.broker.handlers.context import Context
+from crossbeat.broker.produce_order import Turn
 from crossbeat.broker.producers import Verdict
 from crossbeat.broker.recompress import (
     CodecUnavailable,
@@ -61,6 +65,9 @@ _Topic = ProduceResponse.TopicProduceResponse
 _Partition = _Topic.PartitionProduceResponse
 
 _LOG_APPEND_TIME = 0x08
+# a batch at least this large is rebuilt for compression.type in a worker thread (a 1 MB
+# batch takes 4-19 ms to rebuild, one that decodes to 32 MiB up to 3 s)
+OFFLOAD_REBUILD_BYTES = 64 * 1024
 _MAX_COMPRESSION = 4  # zstd
 
 # (error code, base offset, log append time, log start offset, error message)
@@ -115,41 +122,77 @@ async def produce_one(ctx: Context, topic_name: str, index: int, records: Any,
         return _fail(ErrorCode.INVALID_RECORD, "control batches are written by the broker only")
     if header.compression > _MAX_COMPRESSION:
         return _fail(ErrorCode.CORRUPT_MESSAGE, f"unknown compression codec {header.compression}")
-    buf: bytearray | None = None
     codec = target_codec(topic.configs)
-    if codec is not None and codec != header.compression:
-        # before the sequence check, so a batch refused here leaves no pending state;
-        # synchronous, so batches of one partition still reach the store in arrival order
-        decoded_limit = broker.settings.max_decompressed_batch_bytes
-        if codec == 0:  # stored uncompressed, the decoded batch is the one to check
-            decoded_limit = min(decoded_limit, limit)
-        try:
+    rebuild = codec is not None and codec != header.compression
+    offload = rebuild and len(records) >= OFFLOAD_REBUILD_BYTES
+    index_missing = header.is_transactional and broker.partition_txns.peek(stream.name) is None
+    order = broker.produce_order
+    # a batch that will await before its append keeps its place (`produce_order`), and so
+    # does every batch of the partition that comes while one does
+    turn = order.join(stream.name) if offload or index_missing or order.busy(stream.name) else None
+    try:
+        return await _produce_in_turn(ctx, stream, topic, topic_name, index, records, header,
+                                      acks, transactional_id, limit, codec if rebuild else None,
+                                      offload, turn)
+    finally:
+        if turn is not None:
+            turn.release()
+
+
+async def _rebuild(ctx: Context, topic_name: str, index: int, records: Any, header: Any,
+                   codec: int, limit: int, offload: bool) -> bytearray | Outcome:
+    """The batch rebuilt in the topic's codec, or the answer refusing it."""
+    decoded_limit = ctx.broker.settings.max_decompressed_batch_bytes
+    if codec == 0:  # stored uncompressed, the decoded batch is the one to check
+        decoded_limit = min(decoded_limit, limit)
+    try:
+        if offload:  # not on the event loop: other clients are served meanwhile
+            buf = await asyncio.to_thread(recompress, records, header, codec,
+                                          max_decoded_bytes=decoded_limit)
+        else:
             buf = recompress(records, header, codec, max_decoded_bytes=decoded_limit)
-        except DecodedTooLarge as exc:
-            # MESSAGE_TOO_LARGE, not CORRUPT_MESSAGE: the bytes are valid, there are just too
-            # many once decoded, which is how Kafka answers a batch its rebuild makes too large
-            # (RecordTooLargeException). The Java producer splits such a batch and retries the
-            # halves, where CORRUPT_MESSAGE is retriable and would be resent unchanged
-            # (Kafka trunk's max.decompressed.message.bytes bounds one record, not the batch,
-            # and answers INVALID_RECORD for it)
-            log.warning("produce to %s-%d from %s: batch refused: %s",
-                        topic_name, index, ctx.client_host, exc)
-            return _fail(ErrorCode.MESSAGE_TOO_LARGE, str(exc))
-        except CorruptBatch as exc:
-            log.warning("produce to %s-%d from %s: undecodable batch rejected: %s",
-                        topic_name, index, ctx.client_host, exc)
-            return _fail(ErrorCode.CORRUPT_MESSAGE, str(exc))
-        except CodecUnavailable as exc:
-            log.error("produce to %s-%d: %s", topic_name, index, exc)
-            return _fail(ErrorCode.UNKNOWN_SERVER_ERROR, str(exc))
-        if len(buf) > limit:  # Kafka checks the rebuilt batch again
-            return _fail(ErrorCode.MESSAGE_TOO_LARGE,
-                         f"recompressed batch of {len(buf)} bytes > {limit}")
+    except DecodedTooLarge as exc:
+        # MESSAGE_TOO_LARGE, not CORRUPT_MESSAGE: the bytes are valid, there are just too
+        # many once decoded, which is how Kafka answers a batch its rebuild makes too large
+        # (RecordTooLargeException). The Java producer splits such a batch and retries the
+        # halves, where CORRUPT_MESSAGE is retriable and would be resent unchanged
+        # (Kafka trunk's max.decompressed.message.bytes bounds one record, not the batch,
+        # and answers INVALID_RECORD for it)
+        log.warning("produce to %s-%d from %s: batch refused: %s",
+                    topic_name, index, ctx.client_host, exc)
+        return _fail(ErrorCode.MESSAGE_TOO_LARGE, str(exc))
+    except CorruptBatch as exc:
+        log.warning("produce to %s-%d from %s: undecodable batch rejected: %s",
+                    topic_name, index, ctx.client_host, exc)
+        return _fail(ErrorCode.CORRUPT_MESSAGE, str(exc))
+    except CodecUnavailable as exc:
+        log.error("produce to %s-%d: %s", topic_name, index, exc)
+        return _fail(ErrorCode.UNKNOWN_SERVER_ERROR, str(exc))
+    if len(buf) > limit:  # Kafka checks the rebuilt batch again
+        return _fail(ErrorCode.MESSAGE_TOO_LARGE,
+                     f"recompressed batch of {len(buf)} bytes > {limit}")
+    return buf
+
+
+async def _produce_in_turn(ctx: Context, stream: Any, topic: Any, topic_name: str, index: int,
+                           records: Any, header: Any, acks: int, transactional_id: str | None,
+                           limit: int, codec: int | None, offload: bool,
+                           turn: Turn | None) -> Outcome:
+    broker = ctx.broker
+    buf: bytearray | None = None
+    if codec is not None:
+        # before the sequence check, so a batch refused here leaves no pending state; a
+        # large one in a worker thread, while the batches ahead of it are appended
+        rebuilt = await _rebuild(ctx, topic_name, index, records, header, codec, limit, offload)
+        if not isinstance(rebuilt, bytearray):
+            return rebuilt
+        buf = rebuilt
+    if turn is not None:
+        await turn.wait()
 
     txn_index = None
     if header.is_transactional:
-        # the partition's transaction index, built in a worker thread the first time; the
-        # producer's batches pass here in the order they arrived
+        # the partition's transaction index, built in a worker thread the first time
         await broker.partition_txns.ensure(stream)
         # no await from here to the append: a marker ending the transaction is appended
         # either before this check (which then refuses) or after this batch
@@ -165,6 +208,8 @@ async def produce_one(ctx: Context, topic_name: str, index: int, records: Any,
     if verdict.error:
         return _fail(verdict.error)
     if verdict.duplicate_of is not None:
+        if turn is not None:
+            turn.release()  # nothing to append: the next batch need not wait for the original
         try:
             offset = (verdict.duplicate_of if isinstance(verdict.duplicate_of, int)
                       else await asyncio.shield(verdict.duplicate_of))
@@ -182,6 +227,8 @@ async def produce_one(ctx: Context, topic_name: str, index: int, records: Any,
     if topic.log_append_time:
         append_time = int(time.time() * 1000)
         _set_log_append_time(buf, append_time)
+    if turn is not None:
+        turn.release()  # the append below is queued before the next batch wakes
     try:
         base = await stream.append(buf, durable=acks != 0)
     except CorruptBatch as exc:
