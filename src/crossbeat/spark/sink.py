@@ -205,8 +205,9 @@ def _produce(producer: Producer, topic: str, kwargs: dict[str, Any]) -> None:
             producer.poll(0.1)
 
 
-class KafkaSinkWriter(DataSourceArrowWriter):
-    """`df.write.format("crossbeat-kafka")`."""
+class _KafkaSink:
+    """What the batch and the streaming writer share: options and schema checked on the
+    driver when Spark makes the writer, rows sent by each task."""
 
     def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
         self.opts = parse_sink_options(options)
@@ -214,6 +215,10 @@ class KafkaSinkWriter(DataSourceArrowWriter):
 
     def write(self, iterator: Iterator[Any]) -> SinkCommit:
         return write_batches(self.opts, iterator)
+
+
+class KafkaSinkWriter(_KafkaSink, DataSourceArrowWriter):
+    """`df.write.format("crossbeat-kafka")`."""
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         log.info("crossbeat-kafka sink: %d records written", _total(messages))
@@ -223,15 +228,8 @@ class KafkaSinkWriter(DataSourceArrowWriter):
                     "(at least once: a retry may write them again)", _total(messages))
 
 
-class KafkaSinkStreamWriter(DataSourceStreamArrowWriter):
+class KafkaSinkStreamWriter(_KafkaSink, DataSourceStreamArrowWriter):
     """`df.writeStream.format("crossbeat-kafka")`."""
-
-    def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
-        self.opts = parse_sink_options(options)
-        validate_schema(schema, self.opts.topic)
-
-    def write(self, iterator: Iterator[Any]) -> SinkCommit:
-        return write_batches(self.opts, iterator)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         log.debug("crossbeat-kafka sink: batch %d: %d records written", batchId, _total(messages))
