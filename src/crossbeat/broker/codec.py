@@ -19,22 +19,32 @@ from typing import Any
 from kafka.protocol.admin import (
     AlterConfigsRequest,
     AlterConfigsResponse,
+    CreateAclsRequest,
+    CreateAclsResponse,
     CreatePartitionsRequest,
     CreatePartitionsResponse,
     CreateTopicsRequest,
     CreateTopicsResponse,
+    DeleteAclsRequest,
+    DeleteAclsResponse,
     DeleteGroupsRequest,
     DeleteGroupsResponse,
     DeleteRecordsRequest,
     DeleteRecordsResponse,
     DeleteTopicsRequest,
     DeleteTopicsResponse,
+    DescribeAclsRequest,
+    DescribeAclsResponse,
     DescribeClusterRequest,
     DescribeClusterResponse,
     DescribeConfigsRequest,
     DescribeConfigsResponse,
     DescribeGroupsRequest,
     DescribeGroupsResponse,
+    DescribeLogDirsRequest,
+    DescribeLogDirsResponse,
+    DescribeProducersRequest,
+    DescribeProducersResponse,
     DescribeTransactionsRequest,
     DescribeTransactionsResponse,
     IncrementalAlterConfigsRequest,
@@ -120,7 +130,11 @@ class ApiSpec:
     from an abortable error by an epoch bump (KIP-360) —, AddPartitionsToTxn v0-v3 — v4+ is the broker-to-broker
     form —, AddOffsetsToTxn v0-v3, EndTxn v0-v3 — v4+ is KIP-890's transaction
     version 2 —, TxnOffsetCommit v0-v3), and the admin ones, DescribeTransactions v0 and
-    ListTransactions v0-v1 (v2 filters by a Java regular expression).
+    ListTransactions v0-v1 (v2 filters by a Java regular expression). The admin APIs of
+    log dirs, ACLs and producer states are answered at every version kafka-python knows
+    too (their v0s went with Kafka 4): DescribeLogDirs v1-v5, DescribeAcls, CreateAcls
+    and DeleteAcls v1-v3 (always SECURITY_DISABLED: there is no authorizer), and
+    DescribeProducers v0.
     kafka-python encodes flexible versions as well as the others; classes it lacks come
     from `crossbeat.broker.schemas`. See `reference/kafka-broker.md`.
     """
@@ -163,13 +177,18 @@ APIS: dict[int, ApiSpec] = {
         _spec(25, AddOffsetsToTxnRequest, AddOffsetsToTxnResponse, 0, 3),
         _spec(26, EndTxnRequest, EndTxnResponse, 0, 3),
         _spec(28, TxnOffsetCommitRequest, TxnOffsetCommitResponse, 0, 3),
+        _spec(29, DescribeAclsRequest, DescribeAclsResponse, 1, 3),
+        _spec(30, CreateAclsRequest, CreateAclsResponse, 1, 3),
+        _spec(31, DeleteAclsRequest, DeleteAclsResponse, 1, 3),
         _spec(32, DescribeConfigsRequest, DescribeConfigsResponse, 1, 3),
         _spec(33, AlterConfigsRequest, AlterConfigsResponse, 0, 2),
+        _spec(35, DescribeLogDirsRequest, DescribeLogDirsResponse, 1, 5),
         _spec(37, CreatePartitionsRequest, CreatePartitionsResponse, 0, 3),
         _spec(42, DeleteGroupsRequest, DeleteGroupsResponse, 0, 2),
         _spec(44, IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse, 0, 1),
         _spec(47, OffsetDeleteRequest, OffsetDeleteResponse, 0, 0),
         _spec(60, DescribeClusterRequest, DescribeClusterResponse, 0, 2),
+        _spec(61, DescribeProducersRequest, DescribeProducersResponse, 0, 0),
         _spec(65, DescribeTransactionsRequest, DescribeTransactionsResponse, 0, 0),
         _spec(66, ListTransactionsRequest, ListTransactionsResponse, 0, 1),
         _spec(68, ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse, 0, 1),

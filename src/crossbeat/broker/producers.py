@@ -73,6 +73,16 @@ class Verdict:
 ACCEPT_PLAIN = Verdict()
 
 
+@dataclass(frozen=True)
+class ActiveProducer:
+    """What a partition remembers of one producer (DescribeProducers, KIP-664)."""
+
+    producer_id: int
+    epoch: int
+    last_sequence: int  # that of its newest batch here, -1 if none (e.g. after an epoch bump)
+    last_ms: int  # when its last batch or marker came here
+
+
 def _last_seq(header: BatchHeader) -> int:
     return (header.base_sequence + header.last_offset_delta) % _SEQ_MOD
 
@@ -100,6 +110,16 @@ class ProducerStates:
                 )
             self._partitions[stream.name] = state
         return state
+
+    def active(self, stream: Stream) -> list[ActiveProducer]:
+        """The producers the partition remembers, by producer id; the partition's state is
+        rebuilt from its log tail first if it has none yet (raises StreamError if the log
+        cannot be read)."""
+        return [
+            ActiveProducer(pid, entry.epoch,
+                           entry.batches[-1].last_seq if entry.batches else -1, entry.last_ms)
+            for pid, entry in sorted(self._partition(stream).items())
+        ]
 
     def forget(self, stream_name: str) -> None:
         """Drop a partition's state (its topic was deleted)."""

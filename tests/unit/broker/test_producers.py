@@ -106,3 +106,38 @@ def test_idle_producers_expire_unless_in_a_transaction_or_appending(tmp_path: Pa
         await store.close()
 
     asyncio.run(run())
+
+
+def test_active_lists_each_producer_and_rebuilds_from_the_log(tmp_path: Path) -> None:
+    """`active` (DescribeProducers): per producer its epoch and the last sequence of its
+    newest batch, -1 once a bump replaced its entry; a partition nothing touched yet is
+    rebuilt from its log tail first."""
+
+    async def run() -> None:
+        store = await StreamStore.open(tmp_path / "s", StreamSettings(flush_max_delay_ms=0))
+        stream = store.create_stream("t-0")
+        states = ProducerStates()
+        assert states.active(stream) == []
+        before = int(time.time() * 1000)
+        for seq in (0, 2, 4):
+            assert (await produce(states, stream, batch(7, 0, seq)))[0] is ErrorCode.NONE
+        assert (await produce(states, stream, batch(3, 2, 0, n=1)))[0] is ErrorCode.NONE
+        await stream.append(batch(-1, -1, -1))  # no producer id: not listed
+        listed = states.active(stream)
+        assert [(p.producer_id, p.epoch, p.last_sequence) for p in listed] == [
+            (3, 2, 0), (7, 0, 5)]
+        assert all(before <= p.last_ms <= int(time.time() * 1000) for p in listed)
+        states.marked(stream, 3, 3)  # a marker of a bumped epoch
+        assert [(p.producer_id, p.epoch, p.last_sequence) for p in states.active(stream)] == [
+            (3, 3, -1), (7, 0, 5)]
+        await store.close()
+
+        store = await StreamStore.open(tmp_path / "s", StreamSettings(flush_max_delay_ms=0))
+        stream = store.get_stream("t-0")
+        assert stream is not None
+        fresh = ProducerStates()
+        assert [(p.producer_id, p.epoch, p.last_sequence) for p in fresh.active(stream)] == [
+            (3, 2, 0), (7, 0, 5)]
+        await store.close()
+
+    asyncio.run(run())
