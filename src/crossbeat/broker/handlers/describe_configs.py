@@ -1,6 +1,13 @@
 """DescribeConfigs (32): topic configs (explicit or default) and the broker's own.
 
-Resource types: 2 = topic, 4 = broker. Config sources: 1 = topic override, 5 = default.
+Resource types: 2 = topic, 4 = broker. Config sources, Kafka's: 1 = set on the topic
+(DYNAMIC_TOPIC_CONFIG), 4 = set in the broker's configuration (STATIC_BROKER_CONFIG), 5 =
+Kafka's default (DEFAULT_CONFIG). A topic config the topic does not set reports the
+broker-level value it inherits: source 4 when the operator set the crossbeat setting behind
+it, else 5. With `include_synonyms` (v1+) each entry lists, most specific first, where its
+value could come from: the topic's override, then the broker config Kafka names for it
+(`log.retention.ms` for `retention.ms`, ...) with the broker's value. v3 adds each config's
+type (Kafka's ConfigType) and, with `include_documentation`, a line of documentation.
 """
 
 from __future__ import annotations
@@ -11,48 +18,115 @@ from kafka.protocol.admin import DescribeConfigsResponse
 
 from crossbeat.broker.errors import ErrorCode
 from crossbeat.broker.handlers.context import Context
+from crossbeat.broker.settings import BrokerSettings
 from crossbeat.broker.topics import default_configs
 
 _Result = DescribeConfigsResponse.DescribeConfigsResult
 _Config = _Result.DescribeConfigsResourceResult
+_Synonym = _Config.DescribeConfigsSynonym
 TOPIC, BROKER = 2, 4
 SOURCE_TOPIC, SOURCE_STATIC_BROKER, SOURCE_DEFAULT = 1, 4, 5
+# Kafka's ConfigType
+_BOOLEAN, _STRING, _INT, _LONG, _LIST = 1, 2, 3, 5, 7
+
+# topic config -> (the broker config Kafka names as its synonym, type, documentation)
+TOPIC_CONFIGS: dict[str, tuple[str, int, str]] = {
+    "cleanup.policy": ("log.cleanup.policy", _LIST,
+                       "What happens to old segments: delete (the only policy offered here)."),
+    "retention.ms": ("log.retention.ms", _LONG,
+                     "How long a segment is kept after its newest record; -1: no time limit."),
+    "retention.bytes": ("log.retention.bytes", _LONG,
+                        "The most bytes a partition keeps before old segments go; -1: no limit."),
+    "segment.bytes": ("log.segment.bytes", _INT, "The size at which a segment is rolled."),
+    "segment.ms": ("log.roll.ms", _LONG, "The age at which a segment is rolled, full or not."),
+    "message.timestamp.type": ("log.message.timestamp.type", _STRING,
+                               "CreateTime (the producer's) or LogAppendTime (the broker's)."),
+    "max.message.bytes": ("message.max.bytes", _INT,
+                          "The largest record batch the topic accepts, after compression."),
+    "min.insync.replicas": ("min.insync.replicas", _INT,
+                            "The replicas that must have a batch for acks=all to succeed."),
+    "compression.type": ("compression.type", _STRING,
+                         "The codec batches are stored in; producer: as produced."),
+}
+# crossbeat settings behind each broker-level default: set by the operator -> STATIC_BROKER
+_SETTING_BEHIND = {
+    "retention.ms": ("stream", "retention_ms"),
+    "retention.bytes": ("stream", "retention_bytes"),
+    "segment.bytes": ("stream", "segment_bytes"),
+    "segment.ms": ("stream", "segment_ms"),
+    "max.message.bytes": ("broker", "max_message_bytes"),
+}
+_BROKER_CONFIGS = {  # name -> (type, documentation)
+    "broker.id": (_INT, "This broker's id."),
+    "auto.create.topics.enable": (_BOOLEAN, "Whether a Metadata request creates the topics it names."),
+    "num.partitions": (_INT, "The partitions of a topic created without a count."),
+    "socket.request.max.bytes": (_INT, "The largest request frame accepted."),
+    "message.max.bytes": (_INT, "The largest record batch accepted by default."),
+    "advertised.listeners": (_STRING, "Where clients are told to connect."),
+}
+
+
+def _broker_source(settings: BrokerSettings, key: str) -> int:
+    behind = _SETTING_BEHIND.get(key)
+    if behind is None:
+        return SOURCE_DEFAULT
+    scope, field = behind
+    model = settings.stream if scope == "stream" else settings
+    return SOURCE_STATIC_BROKER if field in model.model_fields_set else SOURCE_DEFAULT
 
 
 async def handle(ctx: Context, req: Any) -> Any:
     broker = ctx.broker
-    defaults = default_configs(broker.settings.stream, broker.settings.max_message_bytes)
+    settings = broker.settings
+    defaults = default_configs(settings.stream, settings.max_message_bytes)
+    synonyms_asked = ctx.version >= 1 and bool(req.include_synonyms)
+    docs_asked = ctx.version >= 3 and bool(req.include_documentation)
     results = []
     for res in req.resources:
         keys = set(res.configuration_keys) if res.configuration_keys is not None else None
-        values: dict[str, tuple[str, int]] = {}
+        configs = []
         code, message = ErrorCode.NONE, None
         if res.resource_type == TOPIC:
             topic = broker.topics.get(res.resource_name)
             if topic is None:
                 code, message = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "unknown topic"
             else:
-                values = {k: (v, SOURCE_DEFAULT) for k, v in defaults.items()}
-                values.update({k: (v, SOURCE_TOPIC) for k, v in topic.configs.items()})
+                for key in sorted(set(defaults) | set(topic.configs)):
+                    if keys is not None and key not in keys:
+                        continue
+                    synonym, kind, doc = TOPIC_CONFIGS.get(key, (key, _STRING, ""))
+                    inherited = (synonym, defaults.get(key), _broker_source(settings, key))
+                    chain = [inherited] if key in defaults else []
+                    if key in topic.configs:
+                        chain.insert(0, (key, topic.configs[key], SOURCE_TOPIC))
+                    _name, value, source = chain[0]
+                    configs.append(_Config(
+                        name=key, value=value, read_only=False, config_source=source,
+                        is_default=source == SOURCE_DEFAULT, is_sensitive=False,
+                        synonyms=[_Synonym(name=n, value=v, source=src) for n, v, src in chain]
+                        if synonyms_asked else [],
+                        config_type=kind, documentation=doc if docs_asked else None))
         elif res.resource_type == BROKER:
-            s = broker.settings
             values = {
-                "broker.id": (str(broker.node_id), SOURCE_STATIC_BROKER),
-                "auto.create.topics.enable": (str(s.auto_create_topics).lower(), SOURCE_STATIC_BROKER),
-                "num.partitions": (str(s.num_partitions), SOURCE_STATIC_BROKER),
-                "socket.request.max.bytes": (str(s.max_frame_bytes), SOURCE_STATIC_BROKER),
-                "message.max.bytes": (str(s.max_message_bytes), SOURCE_STATIC_BROKER),
-                "advertised.listeners": (f"PLAINTEXT://{broker.host}:{broker.port}",
-                                         SOURCE_STATIC_BROKER),
+                "broker.id": str(broker.node_id),
+                "auto.create.topics.enable": str(settings.auto_create_topics).lower(),
+                "num.partitions": str(settings.num_partitions),
+                "socket.request.max.bytes": str(settings.max_frame_bytes),
+                "message.max.bytes": str(settings.max_message_bytes),
+                "advertised.listeners": f"PLAINTEXT://{broker.host}:{broker.port}",
             }
+            for key, value in sorted(values.items()):
+                if keys is not None and key not in keys:
+                    continue
+                kind, doc = _BROKER_CONFIGS[key]
+                configs.append(_Config(
+                    name=key, value=value, read_only=True, config_source=SOURCE_STATIC_BROKER,
+                    is_default=False, is_sensitive=False,
+                    synonyms=[_Synonym(name=key, value=value, source=SOURCE_STATIC_BROKER)]
+                    if synonyms_asked else [],
+                    config_type=kind, documentation=doc if docs_asked else None))
         else:
             code, message = ErrorCode.INVALID_REQUEST, f"unsupported resource type {res.resource_type}"
-        configs = [
-            _Config(name=k, value=v, read_only=res.resource_type == BROKER, config_source=src,
-                    is_default=src == SOURCE_DEFAULT, is_sensitive=False, synonyms=[],
-                    config_type=0, documentation=None)
-            for k, (v, src) in sorted(values.items()) if keys is None or k in keys
-        ]
         results.append(_Result(error_code=int(code), error_message=message,
                                resource_type=res.resource_type, resource_name=res.resource_name,
                                configs=configs))
