@@ -58,7 +58,9 @@ def _now_ms() -> int:
 class _ProducerEntry:
     epoch: int
     batches: deque[_Batch] = field(default_factory=lambda: deque(maxlen=IN_FLIGHT))
-    last_ms: int = field(default_factory=_now_ms)  # its last batch or marker here
+    last_ms: int = field(default_factory=_now_ms)  # its last batch or marker here (expiry)
+    # the max timestamp of its last batch here, or its marker's time (what Kafka reports)
+    last_timestamp: int = -1
 
 
 @dataclass(frozen=True)
@@ -80,7 +82,7 @@ class ActiveProducer:
     producer_id: int
     epoch: int
     last_sequence: int  # that of its newest batch here, -1 if none (e.g. after an epoch bump)
-    last_ms: int  # when its last batch or marker came here
+    last_timestamp: int  # its last batch's max timestamp (or marker's time); -1 unknown
 
 
 def _last_seq(header: BatchHeader) -> int:
@@ -108,6 +110,7 @@ class ProducerStates:
                 entry.batches.append(
                     _Batch(header.base_sequence, _last_seq(header), header.base_offset)
                 )
+                entry.last_timestamp = header.max_timestamp
             self._partitions[stream.name] = state
         return state
 
@@ -117,7 +120,8 @@ class ProducerStates:
         cannot be read)."""
         return [
             ActiveProducer(pid, entry.epoch,
-                           entry.batches[-1].last_seq if entry.batches else -1, entry.last_ms)
+                           entry.batches[-1].last_seq if entry.batches else -1,
+                           entry.last_timestamp)
             for pid, entry in sorted(self._partition(stream).items())
         ]
 
@@ -156,6 +160,7 @@ class ProducerStates:
         pending = _Batch(first, last, asyncio.get_running_loop().create_future())
         entry.batches.append(pending)
         entry.last_ms = _now_ms()
+        entry.last_timestamp = header.max_timestamp
         return Verdict(pending=pending)
 
     def marked(self, stream: Stream, producer_id: int, epoch: int) -> None:
@@ -165,9 +170,9 @@ class ProducerStates:
         state = self._partition(stream)
         entry = state.get(producer_id)
         if entry is None or epoch > entry.epoch:
-            state[producer_id] = _ProducerEntry(epoch)
-        else:
-            entry.last_ms = _now_ms()
+            entry = state[producer_id] = _ProducerEntry(epoch)
+        entry.last_ms = _now_ms()
+        entry.last_timestamp = entry.last_ms
 
     def expire(
         self, expiration_ms: int, in_transaction: Callable[[str, int], bool],

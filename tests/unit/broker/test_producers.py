@@ -126,18 +126,22 @@ def test_active_lists_each_producer_and_rebuilds_from_the_log(tmp_path: Path) ->
         listed = states.active(stream)
         assert [(p.producer_id, p.epoch, p.last_sequence) for p in listed] == [
             (3, 2, 0), (7, 0, 5)]
-        assert all(before <= p.last_ms <= int(time.time() * 1000) for p in listed)
-        states.marked(stream, 3, 3)  # a marker of a bumped epoch
-        assert [(p.producer_id, p.epoch, p.last_sequence) for p in states.active(stream)] == [
+        # Kafka's lastTimestamp: the max timestamp of the producer's last batch
+        assert [p.last_timestamp for p in listed] == [1_700_000_000_000] * 2
+        states.marked(stream, 3, 3)  # a marker of a bumped epoch: the marker's time
+        after_marker = states.active(stream)
+        assert [(p.producer_id, p.epoch, p.last_sequence) for p in after_marker] == [
             (3, 3, -1), (7, 0, 5)]
+        assert before <= after_marker[0].last_timestamp <= int(time.time() * 1000)
         await store.close()
 
         store = await StreamStore.open(tmp_path / "s", StreamSettings(flush_max_delay_ms=0))
         stream = store.get_stream("t-0")
         assert stream is not None
         fresh = ProducerStates()
-        assert [(p.producer_id, p.epoch, p.last_sequence) for p in fresh.active(stream)] == [
-            (3, 2, 0), (7, 0, 5)]
+        assert [(p.producer_id, p.epoch, p.last_sequence, p.last_timestamp)
+                for p in fresh.active(stream)] == [
+            (3, 2, 0, 1_700_000_000_000), (7, 0, 5, 1_700_000_000_000)]
         await store.close()
 
     asyncio.run(run())

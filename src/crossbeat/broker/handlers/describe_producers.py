@@ -1,8 +1,8 @@
 """DescribeProducers (61), v0 (KIP-664): for each requested partition, the idempotent and
 transactional producers it remembers (`ProducerStates.active`; a partition's state is
 rebuilt from its log tail if nothing built it yet), each with its epoch, the last sequence
-of its newest batch there (-1 if none, as after an epoch bump), when its last batch or
-marker came there, coordinator epoch -1 (markers carry none here), and the first offset
+of its newest batch there (-1 if none, as after an epoch bump), the max timestamp of that
+batch (Kafka's lastTimestamp; a marker's time after a marker), coordinator epoch -1 (markers carry none here), and the first offset
 of its transaction open there (from the partition's transaction index, -1 if none; an
 index not built yet has no open transaction, since the produce path builds it before a
 transactional batch is written and a restart aborts every open transaction).
@@ -46,7 +46,7 @@ def _describe(ctx: Context, stream: Stream, index: int) -> Any:
     open_txns = txns.open if txns is not None else {}
     return _Partition(partition_index=index, error_code=0, error_message=None, active_producers=[
         _Producer(producer_id=p.producer_id, producer_epoch=p.epoch,
-                  last_sequence=p.last_sequence, last_timestamp=p.last_ms,
+                  last_sequence=p.last_sequence, last_timestamp=p.last_timestamp,
                   coordinator_epoch=-1,
                   current_txn_start_offset=open_txns.get(p.producer_id, -1))
         for p in producers])
