@@ -130,7 +130,7 @@ class ApiSpec:
     from an abortable error by an epoch bump (KIP-360) —, AddPartitionsToTxn v0-v3 — v4+ is the broker-to-broker
     form —, AddOffsetsToTxn v0-v3, EndTxn v0-v3 — v4+ is KIP-890's transaction
     version 2 —, TxnOffsetCommit v0-v3), and the admin ones, DescribeTransactions v0 and
-    ListTransactions v0-v1 (v2 filters by a Java regular expression). The admin APIs of
+    ListTransactions v0-v2 (v2 filters by a regular expression). The admin APIs of
     log dirs, ACLs and producer states are answered at every version kafka-python knows
     too (their v0s went with Kafka 4): DescribeLogDirs v1-v5, DescribeAcls, CreateAcls
     and DeleteAcls v1-v3 (always SECURITY_DISABLED: there is no authorizer), and
@@ -190,7 +190,7 @@ APIS: dict[int, ApiSpec] = {
         _spec(60, DescribeClusterRequest, DescribeClusterResponse, 0, 2),
         _spec(61, DescribeProducersRequest, DescribeProducersResponse, 0, 0),
         _spec(65, DescribeTransactionsRequest, DescribeTransactionsResponse, 0, 0),
-        _spec(66, ListTransactionsRequest, ListTransactionsResponse, 0, 1),
+        _spec(66, ListTransactionsRequest, ListTransactionsResponse, 0, 2),
         _spec(68, ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse, 0, 1),
         _spec(69, ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse, 0, 0),
     )

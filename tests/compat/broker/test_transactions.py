@@ -261,6 +261,13 @@ def test_admin_lists_and_describes_transactions(broker: BrokerProcess, topic: st
             "tx-done": "CompleteCommit"}
         # started just now: not running longer than 10 minutes (Empty has no start: listed)
         assert listed(duration_filter_ms=600_000) == {"tx-idle": "Empty"}
+        # v2 (KIP-1152): a regular expression the whole id must match
+        assert listed(transactional_id_pattern="tx-(done|idle)") == {
+            "tx-done": "CompleteCommit", "tx-idle": "Empty"}
+        assert listed(transactional_id_pattern="tx-on") == {}  # a prefix does not match
+        assert listed(transactional_id_pattern="") == listed()
+        with pytest.raises(Exception, match="error_code=128"):  # INVALID_REGULAR_EXPRESSION
+            listed(transactional_id_pattern="(")
     finally:
         admin.close()
         ongoing.abort_transaction(20)
