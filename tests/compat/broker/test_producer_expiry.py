@@ -20,8 +20,8 @@ pytestmark = [pytest.mark.compat, pytest.mark.timeout(120)]
 FAST_EXPIRY = """\
 producer_id_expiration_ms = 300
 producer_id_expiration_check_interval_ms = 100
-transactional_id_expiration_ms = 2000
-transactional_id_cleanup_interval_ms = 100"""  # 2 s: time to describe the id before it goes
+transactional_id_expiration_ms = 3000
+transactional_id_cleanup_interval_ms = 100"""  # 3 s: room for a transaction from its init
 
 
 def wait_for(check: Any, timeout: float = 30) -> None:
@@ -65,12 +65,13 @@ def test_a_finished_transactional_id_expires(tmp_path: Path) -> None:
 
     with running_broker(tmp_path / "b", FAST_EXPIRY) as broker:
         create_topic(broker.address, "tx", 1)
+        first = Producer({"bootstrap.servers": broker.address, "transactional.id": "tx-old"})
+        first.init_transactions(20)
         producer = Producer({"bootstrap.servers": broker.address, "transactional.id": "tx-old"})
-        producer.init_transactions(20)
+        producer.init_transactions(20)  # fences the first: epoch 1
         producer.begin_transaction()
         send(producer, "tx", [b"committed"])
         producer.commit_transaction(20)
-        first_pid = _describe(broker.address, "tx-old")
         wait_for(lambda: "tx-old" not in listed(broker.address))
         admin = KafkaAdminClient(bootstrap_servers=broker.address)
         try:
@@ -82,16 +83,16 @@ def test_a_finished_transactional_id_expires(tmp_path: Path) -> None:
         broker.start()  # the removal was durable
         assert "tx-old" not in listed(broker.address)
         again = Producer({"bootstrap.servers": broker.address, "transactional.id": "tx-old"})
-        again.init_transactions(20)  # afresh: a new producer id
-        assert _describe(broker.address, "tx-old") != first_pid
+        again.init_transactions(20)
+        assert _describe_epoch(broker.address, "tx-old") == 0  # afresh, not epoch 2
         assert [m.value() for m in read_topic(broker.address, "tx", 1)] == [b"committed"]
 
 
-def _describe(address: str, tid: str) -> int:
+def _describe_epoch(address: str, tid: str) -> int:
     from kafka import KafkaAdminClient
 
     admin = KafkaAdminClient(bootstrap_servers=address)
     try:
-        return int(admin.describe_transactions([tid])[tid].producer_id)
+        return int(admin.describe_transactions([tid])[tid].producer_epoch)
     finally:
         admin.close()
