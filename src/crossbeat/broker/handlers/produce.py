@@ -48,7 +48,6 @@ from kafka.protocol.producer import ProduceResponse
 
 from crossbeat.broker.errors import ErrorCode
 from crossbeat.broker.handlers.context import Context
-from crossbeat.broker.produce_order import Turn
 from crossbeat.broker.producers import Verdict
 from crossbeat.broker.recompress import (
     CodecUnavailable,
@@ -123,17 +122,81 @@ async def produce_one(ctx: Context, topic_name: str, index: int, records: Any,
     if header.compression > _MAX_COMPRESSION:
         return _fail(ErrorCode.CORRUPT_MESSAGE, f"unknown compression codec {header.compression}")
     codec = target_codec(topic.configs)
-    rebuild = codec is not None and codec != header.compression
-    offload = rebuild and len(records) >= OFFLOAD_REBUILD_BYTES
+    if codec == header.compression:
+        codec = None  # stored as produced
+    offload = codec is not None and len(records) >= OFFLOAD_REBUILD_BYTES
     index_missing = header.is_transactional and broker.partition_txns.peek(stream.name) is None
     order = broker.produce_order
     # a batch that will await before its append keeps its place (`produce_order`), and so
     # does every batch of the partition that comes while one does
     turn = order.join(stream.name) if offload or index_missing or order.busy(stream.name) else None
     try:
-        return await _produce_in_turn(ctx, stream, topic, topic_name, index, records, header,
-                                      acks, transactional_id, limit, codec if rebuild else None,
-                                      offload, turn)
+        buf: bytearray | None = None
+        if codec is not None:
+            # before the sequence check, so a batch refused here leaves no pending state; a
+            # large one in a worker thread, while the batches ahead of it are appended
+            rebuilt = await _rebuild(ctx, topic_name, index, records, header, codec, limit, offload)
+            if not isinstance(rebuilt, bytearray):
+                return rebuilt
+            buf = rebuilt
+        if turn is not None:
+            await turn.wait()
+
+        txn_index = None
+        if header.is_transactional:
+            # the partition's transaction index, built in a worker thread the first time
+            await broker.partition_txns.ensure(stream)
+            # no await from here to the append: a marker ending the transaction is appended
+            # either before this check (which then refuses) or after this batch
+            code = broker.txns.verify_produce(transactional_id, header.producer_id,
+                                              header.producer_epoch, (topic_name, index))
+            if code:
+                return _fail(code)
+            try:
+                txn_index = broker.partition_txns.get(stream)
+            except StreamError as exc:
+                return _fail(ErrorCode.KAFKA_STORAGE_ERROR, str(exc))
+        verdict: Verdict = broker.producers.check(stream, header)
+        if verdict.error:
+            return _fail(verdict.error)
+        if verdict.duplicate_of is not None:
+            if turn is not None:
+                turn.release()  # nothing to append: the next batch need not wait for the original
+            try:
+                offset = (verdict.duplicate_of if isinstance(verdict.duplicate_of, int)
+                          else await asyncio.shield(verdict.duplicate_of))
+            except CorruptBatch:
+                return _fail(ErrorCode.CORRUPT_MESSAGE)
+            except StreamError:
+                return _fail(ErrorCode.KAFKA_STORAGE_ERROR)
+            return (ErrorCode.NONE, offset, -1, stream.start_offset, None)
+
+        if buf is None:
+            buf = bytearray(records)
+        lower_bound = stream.log_end_offset
+        began = txn_index is not None and txn_index.begin(header.producer_id, lower_bound)
+        append_time = -1
+        if topic.log_append_time:
+            append_time = int(time.time() * 1000)
+            _set_log_append_time(buf, append_time)
+        if turn is not None:
+            turn.release()  # the append below is queued before the next batch wakes
+        try:
+            base = await stream.append(buf, durable=acks != 0)
+        except CorruptBatch as exc:
+            broker.producers.failed(stream, header, verdict, exc)
+            return _fail(ErrorCode.CORRUPT_MESSAGE, str(exc))
+        except StreamNotFound as exc:
+            broker.producers.failed(stream, header, verdict, exc)
+            return _fail(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+        except StreamError as exc:
+            broker.producers.failed(stream, header, verdict, exc)
+            log.error("produce to %s-%d failed: %s", topic_name, index, exc)
+            return _fail(ErrorCode.KAFKA_STORAGE_ERROR, str(exc))
+        broker.producers.appended(verdict, base)
+        if began and txn_index is not None:
+            txn_index.started(header.producer_id, lower_bound, base)
+        return (ErrorCode.NONE, base, append_time, stream.start_offset, None)
     finally:
         if turn is not None:
             turn.release()
@@ -172,79 +235,6 @@ async def _rebuild(ctx: Context, topic_name: str, index: int, records: Any, head
         return _fail(ErrorCode.MESSAGE_TOO_LARGE,
                      f"recompressed batch of {len(buf)} bytes > {limit}")
     return buf
-
-
-async def _produce_in_turn(ctx: Context, stream: Any, topic: Any, topic_name: str, index: int,
-                           records: Any, header: Any, acks: int, transactional_id: str | None,
-                           limit: int, codec: int | None, offload: bool,
-                           turn: Turn | None) -> Outcome:
-    broker = ctx.broker
-    buf: bytearray | None = None
-    if codec is not None:
-        # before the sequence check, so a batch refused here leaves no pending state; a
-        # large one in a worker thread, while the batches ahead of it are appended
-        rebuilt = await _rebuild(ctx, topic_name, index, records, header, codec, limit, offload)
-        if not isinstance(rebuilt, bytearray):
-            return rebuilt
-        buf = rebuilt
-    if turn is not None:
-        await turn.wait()
-
-    txn_index = None
-    if header.is_transactional:
-        # the partition's transaction index, built in a worker thread the first time
-        await broker.partition_txns.ensure(stream)
-        # no await from here to the append: a marker ending the transaction is appended
-        # either before this check (which then refuses) or after this batch
-        code = broker.txns.verify_produce(transactional_id, header.producer_id,
-                                          header.producer_epoch, (topic_name, index))
-        if code:
-            return _fail(code)
-        try:
-            txn_index = broker.partition_txns.get(stream)
-        except StreamError as exc:
-            return _fail(ErrorCode.KAFKA_STORAGE_ERROR, str(exc))
-    verdict: Verdict = broker.producers.check(stream, header)
-    if verdict.error:
-        return _fail(verdict.error)
-    if verdict.duplicate_of is not None:
-        if turn is not None:
-            turn.release()  # nothing to append: the next batch need not wait for the original
-        try:
-            offset = (verdict.duplicate_of if isinstance(verdict.duplicate_of, int)
-                      else await asyncio.shield(verdict.duplicate_of))
-        except CorruptBatch:
-            return _fail(ErrorCode.CORRUPT_MESSAGE)
-        except StreamError:
-            return _fail(ErrorCode.KAFKA_STORAGE_ERROR)
-        return (ErrorCode.NONE, offset, -1, stream.start_offset, None)
-
-    if buf is None:
-        buf = bytearray(records)
-    lower_bound = stream.log_end_offset
-    began = txn_index is not None and txn_index.begin(header.producer_id, lower_bound)
-    append_time = -1
-    if topic.log_append_time:
-        append_time = int(time.time() * 1000)
-        _set_log_append_time(buf, append_time)
-    if turn is not None:
-        turn.release()  # the append below is queued before the next batch wakes
-    try:
-        base = await stream.append(buf, durable=acks != 0)
-    except CorruptBatch as exc:
-        broker.producers.failed(stream, header, verdict, exc)
-        return _fail(ErrorCode.CORRUPT_MESSAGE, str(exc))
-    except StreamNotFound as exc:
-        broker.producers.failed(stream, header, verdict, exc)
-        return _fail(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
-    except StreamError as exc:
-        broker.producers.failed(stream, header, verdict, exc)
-        log.error("produce to %s-%d failed: %s", topic_name, index, exc)
-        return _fail(ErrorCode.KAFKA_STORAGE_ERROR, str(exc))
-    broker.producers.appended(verdict, base)
-    if began and txn_index is not None:
-        txn_index.started(header.producer_id, lower_bound, base)
-    return (ErrorCode.NONE, base, append_time, stream.start_offset, None)
 
 
 async def handle(ctx: Context, req: Any) -> Any:
