@@ -9,7 +9,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.support.procs import Service, start_service
@@ -157,3 +157,13 @@ def running_broker(data_dir: Path, broker_settings: str = "") -> Iterator[Broker
     finally:
         if proc.service is not None and proc.service.proc.poll() is None:
             proc.stop()
+
+
+def watermarks(address: str, topic: str, partition: int = 0) -> tuple[int, int]:
+    """(low, high) watermark offsets of one partition, as a consumer reads them."""
+    consumer = Consumer({"bootstrap.servers": address, "group.id": "wm"})
+    try:
+        low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
+        return low, high
+    finally:
+        consumer.close()

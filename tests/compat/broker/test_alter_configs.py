@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 from confluent_kafka import (
     TIMESTAMP_LOG_APPEND_TIME,
-    Consumer,
     KafkaException,
     Producer,
     TopicPartition,
@@ -33,6 +32,7 @@ from tests.compat.broker.helpers import (
     new_consumer,
     produce_all,
     running_broker,
+    watermarks,
 )
 
 pytestmark = [pytest.mark.compat, pytest.mark.timeout(120)]
@@ -92,9 +92,9 @@ def test_alters_apply_and_persist(broker: BrokerProcess, topic_name: str) -> Non
     res = _set(topic_name, retention_ms="1")
     admin.incremental_alter_configs([res])[res].result(20)
     deadline = time.monotonic() + 20
-    while _watermarks(broker.address, topic_name) != (3, 3) and time.monotonic() < deadline:
+    while watermarks(broker.address, topic_name) != (3, 3) and time.monotonic() < deadline:
         pass  # each look-up is a round trip to the broker
-    assert _watermarks(broker.address, topic_name) == (3, 3)
+    assert watermarks(broker.address, topic_name) == (3, 3)
 
     broker.stop()
     broker.start()
@@ -128,12 +128,3 @@ def test_kafka_python_alter_configs(broker: BrokerProcess, topic_name: str) -> N
     (msg,) = consume_n(consumer, 1)
     consumer.close()
     assert msg.timestamp()[0] == TIMESTAMP_LOG_APPEND_TIME
-
-
-def _watermarks(address: str, topic: str) -> tuple[int, int]:
-    consumer = Consumer({"bootstrap.servers": address, "group.id": "wm"})
-    try:
-        low, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
-        return low, high
-    finally:
-        consumer.close()

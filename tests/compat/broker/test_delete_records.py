@@ -14,18 +14,9 @@ from confluent_kafka.admin import AdminClient
 from kafka import TopicPartition as KpTopicPartition
 from kafka.admin import KafkaAdminClient
 
-from tests.compat.broker.helpers import BrokerProcess, create_topic, produce_all
+from tests.compat.broker.helpers import BrokerProcess, create_topic, produce_all, watermarks
 
 pytestmark = [pytest.mark.compat, pytest.mark.timeout(120)]
-
-
-def _low_high(address: str, topic: str) -> tuple[int, int]:
-    c = Consumer({"bootstrap.servers": address, "group.id": "wm"})
-    try:
-        low, high = c.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
-        return low, high
-    finally:
-        c.close()
 
 
 def _first_error(address: str, topic: str, offset: int) -> int:
@@ -67,7 +58,7 @@ def test_delete_records(broker: BrokerProcess, topic_name: str) -> None:
     with pytest.raises(KafkaException, match="OFFSET_OUT_OF_RANGE"):
         (beyond,) = admin.delete_records([TopicPartition(topic_name, 0, 11)]).values()
         beyond.result(20)
-    assert _low_high(broker.address, topic_name) == (4, 10)
+    assert watermarks(broker.address, topic_name) == (4, 10)
     assert _first_error(broker.address, topic_name, 2) == KafkaError._AUTO_OFFSET_RESET
     assert _kcat_offsets(broker.address, topic_name) == list(range(4, 10))
 
@@ -78,7 +69,7 @@ def test_delete_records(broker: BrokerProcess, topic_name: str) -> None:
         kp.close()
     broker.stop()
     broker.start()
-    assert _low_high(broker.address, topic_name) == (7, 10)
+    assert watermarks(broker.address, topic_name) == (7, 10)
     admin = AdminClient({"bootstrap.servers": broker.address})
     (to_end,) = admin.delete_records([TopicPartition(topic_name, 0, OFFSET_END)]).values()
     assert to_end.result(20).low_watermark == 10

@@ -8,7 +8,7 @@ machine is)."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,7 @@ from tests.compat.broker.helpers import (
     produce_all,
     running_broker,
 )
+from tests.support.procs import wait_until
 
 pytestmark = [pytest.mark.compat, pytest.mark.timeout(180)]
 
@@ -49,15 +50,6 @@ def expiry_settings(retention_ms: int = RETENTION_MS) -> str:
 def broker(tmp_path: Path) -> Iterator[BrokerProcess]:
     with running_broker(tmp_path / "data", expiry_settings()) as proc:
         yield proc
-
-
-def eventually(check: Callable[[], bool], what: str, timeout: float = 30) -> float:
-    """Poll `check` until true (bounded); return the monotonic time it first held."""
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, f"timed out waiting until {what}"
-        time.sleep(0.05)  # pacing between polls, not synchronisation
-    return time.monotonic()
 
 
 def listed(address: str) -> dict[str, ConsumerGroupState]:
@@ -85,7 +77,8 @@ def test_empty_group_offsets_expire_and_the_group_ends(broker: BrokerProcess,
     group = f"done-{topic_name}"
     before = time.monotonic()
     consume_commit_and_leave(broker.address, group, topic_name, 1)
-    gone = eventually(lambda: group not in listed(broker.address), "the Empty group is gone")
+    wait_until(lambda: group not in listed(broker.address), what="the Empty group is gone")
+    gone = time.monotonic()  # when it first held, within a poll
     assert gone - before >= RETENTION_MS / 1000, "expired before the retention passed"
     assert committed(broker.address, group, topic_name) == [OFFSET_INVALID]
     assert described_state(broker.address, group) == ConsumerGroupState.DEAD
@@ -101,13 +94,13 @@ def test_stable_group_keeps_its_offsets(broker: BrokerProcess, topic_name: str) 
         # a group emptied after that commit: once it is gone, so would the live group's
         # offsets be, were they counted from their commit
         consume_commit_and_leave(broker.address, witness, topic_name, 1)
-        eventually(lambda: witness not in listed(broker.address), "the witness group is gone")
+        wait_until(lambda: witness not in listed(broker.address), what="the witness group is gone")
         assert listed(broker.address).get(live) == ConsumerGroupState.STABLE
         assert committed(broker.address, live, topic_name) == [1]
     finally:
         member.close()
     # Empty now: its offsets go too
-    eventually(lambda: live not in listed(broker.address), "the emptied group is gone")
+    wait_until(lambda: live not in listed(broker.address), what="the emptied group is gone")
     assert committed(broker.address, live, topic_name) == [OFFSET_INVALID]
 
 
@@ -139,13 +132,15 @@ def test_committing_again_restarts_the_clock(broker: BrokerProcess, topic_name: 
             standalone.commit({p0: OffsetAndMetadata(7, "", -1)})
             return False
 
-        gone = eventually(recommit_p0_until_p1_expired, "p1's offset expired")
+        wait_until(recommit_p0_until_p1_expired, what="p1's offset expired")
+
+        gone = time.monotonic()  # when it first held, within a poll
         assert gone - before >= RETENTION_MS / 1000, "expired before the retention passed"
         kept = admin.list_group_offsets(group)[group]
         assert list(kept) == [p0] and kept[p0].offset == 7
         assert group in listed(broker.address)
         # left alone, p0 expires as well and the group with it
-        eventually(lambda: group not in listed(broker.address), "the group is gone")
+        wait_until(lambda: group not in listed(broker.address), what="the group is gone")
         assert admin.list_group_offsets(group)[group] == {}
     finally:
         standalone.close()
@@ -164,7 +159,7 @@ def test_expiry_survives_a_restart(tmp_path: Path, topic_name: str) -> None:
         member = assigned_member(broker.address, live, topic_name)
         assert len(consume_n(member, 1)) == 1
         member.commit(asynchronous=False)
-        eventually(lambda: done not in listed(broker.address), "the Empty group is gone")
+        wait_until(lambda: done not in listed(broker.address), what="the Empty group is gone")
         assert listed(broker.address).get(live) == ConsumerGroupState.STABLE
         broker.kill()  # its member never leaves: the log says the group has members
         member.close()
@@ -177,7 +172,8 @@ def test_expiry_survives_a_restart(tmp_path: Path, topic_name: str) -> None:
         # the live group lost its member with the broker: Empty from the restart on, so its
         # offsets outlive the restart by the retention, and no longer
         assert committed(broker.address, live, topic_name) == [1]
-        gone = eventually(lambda: live not in listed(broker.address), "the orphaned group is gone")
+        wait_until(lambda: live not in listed(broker.address), what="the orphaned group is gone")
+        gone = time.monotonic()  # when it first held, within a poll
         assert gone - restarted >= retention_s, "expired before the retention passed"
         assert committed(broker.address, live, topic_name) == [OFFSET_INVALID]
         broker.stop()

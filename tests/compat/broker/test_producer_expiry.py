@@ -6,7 +6,6 @@ new producer id."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +13,7 @@ import pytest
 from confluent_kafka import Producer
 
 from tests.compat.broker.helpers import create_topic, read_topic, running_broker
+from tests.support.procs import wait_until
 
 pytestmark = [pytest.mark.compat, pytest.mark.timeout(120)]
 
@@ -22,13 +22,6 @@ producer_id_expiration_ms = 300
 producer_id_expiration_check_interval_ms = 100
 transactional_id_expiration_ms = 3000
 transactional_id_cleanup_interval_ms = 100"""  # 3 s: room for a transaction from its init
-
-
-def wait_for(check: Any, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.05)
 
 
 def send(producer: Any, topic: str, values: list[bytes]) -> None:
@@ -45,7 +38,8 @@ def test_an_idle_idempotent_producer_is_forgotten_and_goes_on(tmp_path: Path) ->
         producer = Producer({"bootstrap.servers": broker.address, "enable.idempotence": True,
                              "linger.ms": 5})
         send(producer, "idem", [b"a", b"b"])
-        wait_for(lambda: "dropped the state of 1 idle producers" in broker.output())
+        wait_until(lambda: "dropped the state of 1 idle producers" in broker.output(),
+                   what="the idle producer's state dropped")
         send(producer, "idem", [b"c", b"d"])  # past sequence 0: UNKNOWN_PRODUCER_ID, handled
         values = [m.value() for m in read_topic(broker.address, "idem", 4)]
         assert values == [b"a", b"b", b"c", b"d"]
@@ -72,7 +66,7 @@ def test_a_finished_transactional_id_expires(tmp_path: Path) -> None:
         producer.begin_transaction()
         send(producer, "tx", [b"committed"])
         producer.commit_transaction(20)
-        wait_for(lambda: "tx-old" not in listed(broker.address))
+        wait_until(lambda: "tx-old" not in listed(broker.address), what="tx-old expired")
         admin = KafkaAdminClient(bootstrap_servers=broker.address)
         try:
             with pytest.raises(TransactionalIdNotFoundError):

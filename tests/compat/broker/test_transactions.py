@@ -13,6 +13,7 @@ from confluent_kafka import IsolationLevel, KafkaException, Producer, TopicParti
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
 from tests.compat.broker.helpers import BrokerProcess, consume_n, create_topic, new_consumer
+from tests.support.procs import wait_until
 
 pytestmark = [pytest.mark.compat, pytest.mark.timeout(120)]
 
@@ -53,13 +54,6 @@ def offsets(address: str, topic: str) -> tuple[int, int]:
         result = admin.list_offsets({tp: OffsetSpec.latest()}, isolation_level=level)
         out.append(result[tp].result(timeout=20).offset)
     return out[0], out[1]
-
-
-def wait_for(check: Any, timeout: float = 20) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.05)
 
 
 @pytest.fixture
@@ -149,7 +143,8 @@ def test_transaction_left_open_times_out(broker: BrokerProcess, topic: str) -> N
     producer.begin_transaction()
     producer.produce(topic, value=b"too slow")
     assert producer.flush(20) == 0
-    wait_for(lambda: offsets(broker.address, topic) == (2, 2))  # aborted: marker at 1
+    wait_until(lambda: offsets(broker.address, topic) == (2, 2), timeout=20,
+               what="the offsets after the abort")  # aborted: marker at 1
     with pytest.raises(KafkaException):
         producer.commit_transaction(20)
     other = txn_producer(broker.address, "tx-other")

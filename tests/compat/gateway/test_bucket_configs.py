@@ -9,7 +9,6 @@ import json
 import os
 import re
 import subprocess
-import time
 from collections.abc import Callable, Iterator
 from email.utils import parsedate_to_datetime
 from pathlib import Path
@@ -18,8 +17,15 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.compat.gateway.test_clients import MiB, client_env, run, tool
-from tests.support.gateway import ROOT_AK, ROOT_SK, running_gateway, s3_client
+from tests.compat.gateway.test_clients import (
+    MiB,
+    client_env,
+    rclone_command,
+    run,
+    s3cmd_command,
+    tool,
+)
+from tests.support.gateway import running_gateway, s3_client
 from tests.support.procs import Service, wait_until
 
 pytestmark = pytest.mark.compat
@@ -36,14 +42,6 @@ APP = "https://app.example.com"
 def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
     with running_gateway(Path(tmp_path_factory.mktemp("gw")) / "data", config=CONFIG) as svc:
         yield svc
-
-
-def eventually(check: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + BOUND_S
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {BOUND_S} s: {what}")
-        time.sleep(0.2)
 
 
 def fails(args: list[str], env: dict[str, str]) -> str:
@@ -130,7 +128,7 @@ def test_aws_cli_lifecycle_round_trip_expiration_header_and_abort(aws: Callable[
         listing = aws("s3api", "list-multipart-uploads", "--bucket", "cli-lifecycle")
         return sorted(u["Key"] for u in (listing or {}).get("Uploads") or [])
 
-    eventually(lambda: pending() == ["kept/pending"], "the abort rule aborts uploads/pending only")
+    wait_until(lambda: pending() == ["kept/pending"], timeout=BOUND_S, interval=0.2, what="the abort rule aborts uploads/pending only")
 
     aws("s3api", "delete-bucket-lifecycle", "--bucket", "cli-lifecycle")
     out = aws("s3api", "get-bucket-lifecycle-configuration", "--bucket", "cli-lifecycle", fail=True)
@@ -239,16 +237,8 @@ AWS_CORS_XML = """<?xml version="1.0" encoding="UTF-8"?>
 
 
 def test_s3cmd_lifecycle_expire_cors_and_info(gateway: Service, tmp_path: Path) -> None:
-    s3cmd = tool("s3cmd")
     env = client_env(tmp_path)
-    cfg = tmp_path / "s3cfg"
-    cfg.write_text(
-        "[default]\n"
-        f"access_key = {ROOT_AK}\nsecret_key = {ROOT_SK}\n"
-        f"host_base = {gateway.address}\nhost_bucket = {gateway.address}\nuse_https = False\n"
-        "signature_v2 = False\nbucket_location = us-east-1\n"
-    )
-    base = [s3cmd, "-c", str(cfg)]
+    base = s3cmd_command(gateway, tmp_path)
     bucket = "s3://s3cmd-configs"
     run([*base, "mb", bucket], env)
     info = run([*base, "info", bucket], env).stdout  # reads location, versioning, lifecycle, policy, cors, acl…
@@ -270,7 +260,7 @@ def test_s3cmd_lifecycle_expire_cors_and_info(gateway: Service, tmp_path: Path) 
     def listed() -> list[str]:
         return sorted(line.split()[-1] for line in run([*base, "ls", "-r", bucket], env).stdout.splitlines())
 
-    eventually(lambda: listed() == [f"{bucket}/keep/c"], "s3cmd's expire rule removes tmp/ only")
+    wait_until(lambda: listed() == [f"{bucket}/keep/c"], timeout=BOUND_S, interval=0.2, what="s3cmd's expire rule removes tmp/ only")
     # and the date form, which s3cmd sends as given
     run([*base, "expire", bucket, "--expiry-date=2030-01-01T00:00:00.000Z", "--expiry-prefix=old/"], env)
     assert "<Date>2030-01-01T00:00:00.000Z</Date>" in run([*base, "getlifecycle", bucket], env).stdout
@@ -295,15 +285,8 @@ def test_s3cmd_lifecycle_expire_cors_and_info(gateway: Service, tmp_path: Path) 
 
 
 def test_rclone_with_lifecycle_and_cors_and_cleanup(gateway: Service, tmp_path: Path) -> None:
-    rclone = tool("rclone")
     env = client_env(tmp_path)
-    conf = tmp_path / "rclone.conf"
-    conf.write_text(
-        "[cb]\ntype = s3\nprovider = Other\nenv_auth = false\n"
-        f"access_key_id = {ROOT_AK}\nsecret_access_key = {ROOT_SK}\n"
-        f"endpoint = {gateway.url}\nregion = us-east-1\n"
-    )
-    base = [rclone, "--config", str(conf), "--low-level-retries", "1", "--retries", "1"]
+    base = rclone_command(gateway, tmp_path)
     s3 = s3_client(gateway.url)
     s3.create_bucket(Bucket="rclone-configs")
     s3.put_bucket_lifecycle_configuration(Bucket="rclone-configs", LifecycleConfiguration={"Rules": [

@@ -42,6 +42,29 @@ def client_env(tmp: Path) -> dict[str, str]:
     return env
 
 
+def rclone_command(gateway: Service, tmp: Path) -> list[str]:
+    """rclone with a config naming the gateway as remote `cb`, retries off."""
+    conf = tmp / "rclone.conf"
+    conf.write_text(
+        "[cb]\ntype = s3\nprovider = Other\nenv_auth = false\n"
+        f"access_key_id = {ROOT_AK}\nsecret_access_key = {ROOT_SK}\n"
+        f"endpoint = {gateway.url}\nregion = us-east-1\n"
+    )
+    return [tool("rclone"), "--config", str(conf), "--low-level-retries", "1", "--retries", "1"]
+
+
+def s3cmd_command(gateway: Service, tmp: Path) -> list[str]:
+    """s3cmd with a config for the gateway (path-style, SigV4, plain http)."""
+    cfg = tmp / "s3cfg"
+    cfg.write_text(
+        "[default]\n"
+        f"access_key = {ROOT_AK}\nsecret_key = {ROOT_SK}\n"
+        f"host_base = {gateway.address}\nhost_bucket = {gateway.address}\nuse_https = False\n"
+        "signature_v2 = False\nbucket_location = us-east-1\n"
+    )
+    return [tool("s3cmd"), "-c", str(cfg)]
+
+
 def run(args: list[str], env: dict[str, str], **kw: Any) -> subprocess.CompletedProcess[str]:
     r = subprocess.run(args, env=env, capture_output=True, text=True, timeout=180, **kw)
     assert r.returncode == 0, f"{args[0]} failed: {r.stdout}\n{r.stderr}"
@@ -113,15 +136,8 @@ def test_aws_cli(gateway: Service, tmp_path: Path) -> None:
 
 
 def test_rclone(gateway: Service, tmp_path: Path) -> None:
-    rclone = tool("rclone")
     env = client_env(tmp_path)
-    conf = tmp_path / "rclone.conf"
-    conf.write_text(
-        "[cb]\ntype = s3\nprovider = Other\nenv_auth = false\n"
-        f"access_key_id = {ROOT_AK}\nsecret_access_key = {ROOT_SK}\n"
-        f"endpoint = {gateway.url}\nregion = us-east-1\n"
-    )
-    base = [rclone, "--config", str(conf), "--low-level-retries", "1", "--retries", "1"]
+    base = rclone_command(gateway, tmp_path)
     src = tmp_path / "src"
     src.mkdir()
     files = {f"r{i}.bin": os.urandom(2000 + i) for i in range(10)}
@@ -142,17 +158,8 @@ def test_rclone(gateway: Service, tmp_path: Path) -> None:
 
 
 def test_s3cmd(gateway: Service, tmp_path: Path) -> None:
-    s3cmd = tool("s3cmd")
     env = client_env(tmp_path)
-    host = gateway.address
-    cfg = tmp_path / "s3cfg"
-    cfg.write_text(
-        "[default]\n"
-        f"access_key = {ROOT_AK}\nsecret_key = {ROOT_SK}\n"
-        f"host_base = {host}\nhost_bucket = {host}\nuse_https = False\n"
-        "signature_v2 = False\nbucket_location = us-east-1\n"
-    )
-    base = [s3cmd, "-c", str(cfg)]
+    base = s3cmd_command(gateway, tmp_path)
     run([*base, "mb", "s3://s3cmd-bkt"], env)
     f = tmp_path / "s.bin"
     data = os.urandom(20_000)

@@ -4,8 +4,7 @@ selects, and nothing else. Waits poll the listing with a bound."""
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +12,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from tests.support.gateway import running_gateway
-from tests.support.procs import Service
+from tests.support.procs import Service, wait_until
 
 CONFIG = """
 [gateway]
@@ -28,14 +27,6 @@ BOUND_S = 30.0
 def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
     with running_gateway(Path(tmp_path_factory.mktemp("gw")) / "data", config=CONFIG) as svc:
         yield svc
-
-
-def eventually(check: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + BOUND_S
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {BOUND_S} s: {what}")
-        time.sleep(0.1)
 
 
 def keys(s3: Any, bucket: str) -> list[str]:
@@ -62,7 +53,7 @@ def test_current_versions_expire_in_an_unversioned_bucket_by_prefix(s3: Any, buc
     for key in ("logs/a", "logs/b", "keep/a", "log"):
         s3.put_object(Bucket=bucket, Key=key, Body=b"x")
     lifecycle(s3, bucket, {"Filter": {"Prefix": "logs/"}, "Expiration": {"Days": 1}})
-    eventually(lambda: keys(s3, bucket) == ["keep/a", "log"], "logs/ expired")
+    wait_until(lambda: keys(s3, bucket) == ["keep/a", "log"], timeout=BOUND_S, interval=0.1, what="logs/ expired")
     assert s3.get_object(Bucket=bucket, Key="keep/a")["Body"].read() == b"x"
     assert versions(s3, bucket) == [("keep/a", False, "null"), ("log", False, "null")]
 
@@ -71,7 +62,7 @@ def test_current_versions_expire_behind_a_delete_marker_in_a_versioned_bucket(s3
     version = s3.put_object(Bucket=vbucket, Key="k", Body=b"x")["VersionId"]
     s3.put_object(Bucket=vbucket, Key="other", Body=b"y")
     lifecycle(s3, vbucket, {"Filter": {"Prefix": "k"}, "Expiration": {"Days": 1}})
-    eventually(lambda: keys(s3, vbucket) == ["other"], "k expired")
+    wait_until(lambda: keys(s3, vbucket) == ["other"], timeout=BOUND_S, interval=0.1, what="k expired")
     (marker, old), rest = versions(s3, vbucket)[:2], versions(s3, vbucket)[2:]
     assert marker[:2] == ("k", True) and old == ("k", False, version)
     assert [(k, m) for k, m, _ in rest] == [("other", False)]
@@ -86,7 +77,7 @@ def test_noncurrent_versions_expire_keeping_the_newer_noncurrent_ones(s3: Any, v
     kept_elsewhere = [s3.put_object(Bucket=vbucket, Key="x/k", Body=b"v")["VersionId"] for _ in range(3)]
     lifecycle(s3, vbucket, {"Filter": {"Prefix": "k"},
                             "NoncurrentVersionExpiration": {"NoncurrentDays": 1, "NewerNoncurrentVersions": 2}})
-    eventually(lambda: len([v for v in versions(s3, vbucket) if v[0] == "k"]) == 3, "old noncurrent versions gone")
+    wait_until(lambda: len([v for v in versions(s3, vbucket) if v[0] == "k"]) == 3, timeout=BOUND_S, interval=0.1, what="old noncurrent versions gone")
     assert versions(s3, vbucket) == [("k", False, v) for v in reversed(ids[2:])] + [
         ("x/k", False, v) for v in reversed(kept_elsewhere)]
 
@@ -98,7 +89,7 @@ def test_expired_object_delete_markers_are_removed(s3: Any, vbucket: str) -> Non
     alone = [v for k, m, v in versions(s3, vbucket) if k == "alone" and not m]
     s3.delete_object(Bucket=vbucket, Key="alone", VersionId=alone[0])  # only the marker is left
     lifecycle(s3, vbucket, {"Filter": {}, "Expiration": {"ExpiredObjectDeleteMarker": True}})
-    eventually(lambda: all(k != "alone" for k, _, _ in versions(s3, vbucket)), "lone marker removed")
+    wait_until(lambda: all(k != "alone" for k, _, _ in versions(s3, vbucket)), timeout=BOUND_S, interval=0.1, what="lone marker removed")
     assert [(k, m) for k, m, _ in versions(s3, vbucket)] == [("covered", True), ("covered", False)]
 
 
@@ -110,7 +101,7 @@ def test_incomplete_multipart_uploads_are_aborted(s3: Any, bucket: str) -> None:
     def open_uploads() -> list[str]:
         return [u["Key"] for u in s3.list_multipart_uploads(Bucket=bucket).get("Uploads", [])]
 
-    eventually(lambda: open_uploads() == ["keep/a"], "tmp/a aborted")
+    wait_until(lambda: open_uploads() == ["keep/a"], timeout=BOUND_S, interval=0.1, what="tmp/a aborted")
     with pytest.raises(ClientError) as exc:
         s3.list_parts(Bucket=bucket, Key="tmp/a", UploadId=uploads["tmp/a"])
     assert exc.value.response["Error"]["Code"] == "NoSuchUpload"
@@ -125,7 +116,7 @@ def test_tag_and_size_filters_expire_exactly_what_they_select(s3: Any, bucket: s
     lifecycle(s3, bucket, {"Filter": {"And": {"Tags": [{"Key": "t", "Value": "x"}],
                                               "ObjectSizeGreaterThan": 10, "ObjectSizeLessThan": 30}},
                            "Expiration": {"Days": 1}})
-    eventually(lambda: "hit" not in keys(s3, bucket), "hit expired")
+    wait_until(lambda: "hit" not in keys(s3, bucket), timeout=BOUND_S, interval=0.1, what="hit expired")
     assert keys(s3, bucket) == ["other-value", "too-big", "too-small", "untagged"]
 
 
@@ -140,5 +131,5 @@ def test_a_disabled_rule_expires_nothing(s3: Any, bucket: str) -> None:
     s3.create_bucket(Bucket=witness)
     s3.put_object(Bucket=witness, Key="k", Body=b"x")
     lifecycle(s3, witness, {"Filter": {}, "Expiration": {"Days": 3}})
-    eventually(lambda: keys(s3, witness) == [], "witness expired")
+    wait_until(lambda: keys(s3, witness) == [], timeout=BOUND_S, interval=0.1, what="witness expired")
     assert keys(s3, bucket) == ["k"]

@@ -96,3 +96,13 @@ def loop_broker(tmp_path: Path) -> Iterator[LoopBroker]:
         yield b
     finally:
         b.close()
+
+
+class Clock:
+    """A settable clock for the group coordinators' timeouts (seconds)."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now

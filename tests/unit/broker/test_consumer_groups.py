@@ -9,17 +9,10 @@ import asyncio
 from crossbeat.broker.errors import ErrorCode
 from crossbeat.broker.groups import GroupCoordinator
 from crossbeat.broker.groups.consumer_coordinator import Heartbeat, HeartbeatResult
+from tests.unit.broker.conftest import Clock
 
 TOPICS = {"t": 4}
 ALL = frozenset(("t", p) for p in range(4))
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def coordinator(clock: Clock) -> GroupCoordinator:

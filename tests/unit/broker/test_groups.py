@@ -6,14 +6,7 @@ import asyncio
 
 from crossbeat.broker.errors import ErrorCode
 from crossbeat.broker.groups import GroupCoordinator, GroupState
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.unit.broker.conftest import Clock
 
 
 def coordinator(clock: Clock) -> GroupCoordinator:
