@@ -48,12 +48,13 @@ class RepositorySettings(BaseModel):
         description="16 bytes as 32 hex digits; default: generated and persisted in the root",
     )
     prepared_objects: int = Field(
-        default=256,
+        default=4096,
         ge=0,
-        le=50_000,
+        le=30_000,
         description="small objects' directories made ahead, per gateway process, by a helper "
-        "at idle CPU priority: the size of its pipe, in ids (up to about 2.6 times as many "
-        "exist; see sfs_prepared); 0: each PUT makes its own",
+        "at idle CPU priority: 256 (or this many, if fewer) kept ready at all times, and up to "
+        "this many in quiet times, sized to the largest burst of PUTs seen (see sfs_prepared); "
+        "0: each PUT makes its own",
     )
 
     # s3

@@ -13,20 +13,29 @@ makes the object's (empty) chunk file `chunks/0/{objectId}-0`, so the writer all
 inode for it either (10 interleaved rounds: +2% PUT/s, 4% less CPU per PUT, idle 5.6% ->
 4.8%). The manifest is not made ahead: its presence is what makes an object complete.
 
+Bursts: a pool that the helper refills during a burst of PUTs helps the burst little (its
+directories must be written out by the burst's own syncfs rounds). So the helper keeps
+`low` ids (256) ready at all times, refilling whenever a CPU idles, and beyond that
+prepares for bursts like the largest it has seen (plus a quarter, up to `count`, default
+4096 per gateway process), but only in quiet times: no PUT taking ids for 0.1 s and at least
+a quarter of the machine's CPU left idle by others. Those it syncs before handing them out.
+Measured (interleaved rounds of 2,000 4 KiB PUTs, 64 workers, two gateway processes, 6 s
+between rounds): 2154 -> 2386 PUT/s, CPU per PUT 0.465 -> 0.360 ms. Under steady load
+the pool stays near `low` and PUTs cost what they did.
+
 Contract:
 - `take()` never waits for the helper: it costs at most one non-blocking read (and, the
   first time, starting the helper). It returns an objectId whose directories
   `{fanout}/{id}/chunks/0` and empty chunk file `{id}-0` were made, or None when none is
-  ready (the caller then makes an id and its directories itself). Each id is handed out once: one `PreparedDirs` per
-  process and repository.
-- The pipe's capacity bounds how many are made ahead: the helper blocks writing to a full
-  pipe, so an idle gateway costs nothing after its pool is full. The pipe holds `count` ids
-  rounded up by the kernel to a power-of-two number of pages (256 -> 409), and this process
-  reads up to `count` at a time, so up to about 2.6 x `count` exist (measured: 1139 made
-  ahead for two gateway processes at the default 256).
+  ready (the caller then makes an id and its directories itself). Each id is handed out
+  once: one `PreparedDirs` per process and repository.
+- At most `count` ids wait in the pipe (the helper asks the kernel for that much room and
+  counts what the pipe holds), and this process holds at most 64 more it read from it. A
+  full pool costs ten wake-ups a second of the helper.
 - An id dates from when its directories were made, not from when its object is written.
-- Nothing here is synced. The directories are made durable by the shared syncfs that
-  commits the object written into them (syncfs covers the whole filesystem, whoever wrote).
+- Directories made in a quiet time are durable before their id is handed out; the others
+  are made durable by the shared syncfs that commits the object written into them (syncfs
+  covers the whole filesystem, whoever wrote).
 - Directories never used (a crash, a stop) are incomplete objects without a manifest: the
   cleanup pass removes them (the gateway runs it with no age limit at start), and `close()`
   removes those it was holding. If something removes a prepared directory before its
@@ -41,8 +50,10 @@ The helper imports this module and `object_ids` without the packages' `__init__`
 
 from __future__ import annotations
 
+import array
 import collections
 import contextlib
+import ctypes
 import fcntl
 import logging
 import os
@@ -50,7 +61,9 @@ import shutil
 import signal
 import subprocess
 import sys
+import termios
 import threading
+import time
 
 from crossbeat.repositories.object_ids import ID_WIDTH, new_object_id
 
@@ -63,20 +76,29 @@ _BOOTSTRAP = (
     "for name, path in zip(('crossbeat', 'crossbeat.repositories'), sys.argv[1:3]):\n"
     "    pkg = types.ModuleType(name); pkg.__path__ = [path]; sys.modules[name] = pkg\n"
     "from crossbeat.repositories.sfs_prepared import _helper\n"
-    "_helper(sys.argv[3], int(sys.argv[4]))\n"
+    "_helper(sys.argv[3], *map(int, sys.argv[4:7]), float(sys.argv[7]))\n"
 )
 _CHUNK_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+LOW_WATER = 256  # below it the pool refills whenever a CPU idles
+QUIET_S = 0.1  # above it, only after this long without a take
+QUIET_IDLE = 0.25  # ... in which others left at least this share of the machine's CPU idle
+QUIET_BATCH = 64  # ids made, synced and handed over together in a quiet time (under PIPE_BUF)
+_READ_RECORDS = 64  # ids this process moves from the pipe at a time: the helper sees takes
+# libc's syncfs through the running program's symbols (no find_library: it runs ldconfig)
+_syncfs = getattr(ctypes.CDLL(None, use_errno=True), "syncfs", None)
 
 
 class PreparedDirs:
     """Object ids with their directories made in advance, for the sfs repository at `root`."""
 
-    def __init__(self, root: str, count: int) -> None:
-        if count <= 0:
-            raise ValueError("count must be positive")
+    def __init__(self, root: str, count: int, low: int = LOW_WATER, quiet_s: float = QUIET_S) -> None:
+        if count <= 0 or low <= 0 or quiet_s <= 0:
+            raise ValueError("count, low and quiet_s must be positive")
         self.root = root
-        self.count = count
+        self.count = count  # the most ids made ahead
+        self.low = min(low, count)  # below it the helper refills even while PUTs run
+        self.quiet_s = quiet_s  # no take for this long: a burst has ended
         self._ids: collections.deque[str] = collections.deque()
         self._lock = threading.Lock()
         self._fd: int | None = None
@@ -118,7 +140,8 @@ class PreparedDirs:
             os.set_blocking(read_fd, False)
             self._proc = subprocess.Popen(
                 [sys.executable, "-I", "-S", "-c", _BOOTSTRAP, os.path.dirname(_PACKAGE_DIR),
-                 _PACKAGE_DIR, self.root, str(write_fd)],
+                 _PACKAGE_DIR, self.root, str(write_fd), str(self.count), str(self.low),
+                 str(self.quiet_s)],
                 pass_fds=(write_fd,),
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
@@ -135,7 +158,7 @@ class PreparedDirs:
         try:
             # records are written whole (each is under PIPE_BUF, so atomic), so a read of a
             # multiple of the record size returns whole records
-            data = os.read(fd, self.count * _RECORD)
+            data = os.read(fd, _READ_RECORDS * _RECORD)
         except BlockingIOError:
             return 0
         if not data and not self._gone:  # end of file: the helper is gone
@@ -197,9 +220,47 @@ def make_object_dirs(root: str, key: str, group: int = 0) -> None:
     os.mkdir(f"{obj_dir}/chunks/{group}")
 
 
-def _helper(root: str, fd: int) -> None:
-    """Make directories for new ids and write the ids to `fd` until SIGTERM or until the
-    pipe's reader is gone; then remove the directories being made, which nobody will get."""
+def _pool_level(fd: int) -> int:
+    """How many ids wait in the pipe (FIONREAD works on either end of a Linux pipe)."""
+    buf = array.array("i", [0])
+    fcntl.ioctl(fd, termios.FIONREAD, buf)
+    return buf[0] // _RECORD
+
+
+def _cpu_times() -> tuple[float, float]:
+    """(free, total) CPU time of the whole machine so far, in seconds: free is idle time,
+    iowait (a CPU waiting for the disk is free for us) and this process's own time."""
+    with open("/proc/stat", "rb") as f:
+        fields = [int(x) for x in f.readline().split()[1:9]]
+    tick = os.sysconf("SC_CLK_TCK")
+    return (fields[3] + fields[4]) / tick + time.process_time(), sum(fields) / tick
+
+
+def _make(root: str) -> str | None:
+    """A new id with its directories and empty chunk file; None if the id was taken."""
+    key = new_object_id()
+    try:
+        make_object_dirs(root, key)
+        # the empty chunk file too: the writer then opens it without making an inode
+        os.close(os.open(f"{object_dir(root, key)}/chunks/0/{key}-0", _CHUNK_FLAGS, 0o644))
+    except FileExistsError:  # an id made twice: never seen, but not this helper's end
+        return None
+    return key
+
+
+def _helper(root: str, fd: int, count: int, low: int, quiet_s: float = QUIET_S) -> None:
+    """Keep prepared ids in the pipe `fd` until SIGTERM or until the pipe's reader is gone;
+    then remove the directories being made, which nobody will get.
+
+    Below `low` ids the helper makes one at a time whenever a CPU idles (a gateway under
+    steady load). Above it, it prepares for bursts like the largest seen so far (plus a
+    quarter, at most `count`), and only in quiet times: no take for `quiet_s`, and others
+    left at least QUIET_IDLE of the machine's CPU idle. A helper that works during a burst
+    of PUTs costs the burst more than its own CPU time (the gateway's syncfs must then also
+    write out what it made), and one that works while other programs are busy would take
+    from them what SCHED_IDLE does not cover (disk writes, kernel locks). What it makes in
+    a quiet time it syncs, a batch at a time, before handing it out, so that the first PUT
+    after a quiet time does not write out the whole refill."""
     try:  # run only when a CPU would otherwise idle
         os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
     except (OSError, AttributeError):  # not Linux
@@ -207,19 +268,57 @@ def _helper(root: str, fd: int) -> None:
             os.nice(19)
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops the gateway, which stops us
-    key = None
+    with contextlib.suppress(OSError):  # the pool never blocks on a pipe smaller than asked
+        count = min(count, fcntl.fcntl(fd, fcntl.F_GETPIPE_SZ) // _RECORD)
+    low = max(1, min(count, low))
+    target = low  # grows with the bursts seen
+    burst = 0  # ids taken in the current burst
+    last_take = time.monotonic()
     try:
+        cpu: tuple[float, float] | None = _cpu_times()
+    except OSError:  # no /proc: quiet is only "no takes"
+        cpu = None
+    root_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    batch: list[str] = []
+    try:
+        written = _pool_level(fd)  # what the pipe held after our last write
         while True:
-            key = new_object_id()
-            try:
-                make_object_dirs(root, key)
-                # the empty chunk file too: the writer then opens it without making an inode
-                os.close(os.open(f"{object_dir(root, key)}/chunks/0/{key}-0", _CHUNK_FLAGS, 0o644))
-            except FileExistsError:  # an id made twice: never seen, but not this helper's end
-                key = None
+            level = _pool_level(fd)
+            now = time.monotonic()
+            if level < written:  # the gateway took some
+                burst += written - level
+                last_take = now
+            elif burst and now - last_take >= quiet_s:  # a burst ended
+                target = max(target, min(count, burst + burst // 4))
+                burst = 0
+            written = level
+            if level < low:
+                key = _make(root)
+                if key is not None:
+                    batch.append(key)
+                    os.write(fd, f"{key}\n".encode())
+                    batch.clear()
+                    written += 1
                 continue
-            os.write(fd, f"{key}\n".encode())  # blocks while the pool is full
-            key = None
+            quiet = now - last_take >= quiet_s
+            if cpu is not None:
+                then, cpu = cpu, _cpu_times()
+                free, total = cpu[0] - then[0], cpu[1] - then[1]
+                quiet = quiet and total > 0 and free >= QUIET_IDLE * total
+            if level >= target or not quiet:
+                time.sleep(quiet_s)
+                continue
+            while len(batch) < min(QUIET_BATCH, target - level):
+                key = _make(root)
+                if key is not None:
+                    batch.append(key)
+            if _syncfs is not None:
+                _syncfs(root_fd)  # durable before anyone gets them: see the docstring
+            os.write(fd, "".join(f"{key}\n" for key in batch).encode())  # under PIPE_BUF: whole
+            written += len(batch)
+            batch.clear()
     except (_Stop, OSError):  # stopped; EPIPE: the gateway died; the root is gone
-        if key is not None:
+        for key in batch:
             shutil.rmtree(object_dir(root, key), ignore_errors=True)
+    finally:
+        os.close(root_fd)

@@ -3,10 +3,12 @@ each id handed out once with its directories, a bounded pool, nothing left behin
 
 from __future__ import annotations
 
+import array
 import fcntl
 import os
 import subprocess
 import sys
+import termios
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -84,16 +86,43 @@ def test_the_helper_runs_at_idle_priority(repo: SfsRepository) -> None:
     assert os.sched_getscheduler(helper_pid(repo)) == os.SCHED_IDLE
 
 
-def test_the_pool_is_bounded_by_its_pipe(repo: SfsRepository) -> None:
+def pool_level(prepared: PreparedDirs) -> int:
+    """Ids waiting in the helper's pipe."""
+    assert prepared._fd is not None
+    buf = array.array("i", [0])
+    fcntl.ioctl(prepared._fd, termios.FIONREAD, buf)
+    return buf[0] // (ID_WIDTH + 1)
+
+
+def test_the_pool_holds_at_most_count_ids(repo: SfsRepository) -> None:
     take_prepared(repo).abort()
-    pid = helper_pid(repo)
-    # the helper is blocked writing to the full pipe: the pool is as large as it gets
-    wait_until(lambda: Path(f"/proc/{pid}/wchan").read_text().endswith("pipe_write"), what="a full pool")
-    assert repo._prepared is not None and repo._prepared._fd is not None
-    pipe_bytes = fcntl.fcntl(repo._prepared._fd, fcntl.F_GETPIPE_SZ)
-    held = len(repo._prepared._ids)
-    # what the pipe holds, what this process read from it, and the one being handed over
-    assert len(object_dirs(repo)) <= pipe_bytes // (ID_WIDTH + 1) + held + 1
+    prepared = repo._prepared
+    assert prepared is not None
+    wait_until(lambda: pool_level(prepared) >= 8, what="a full pool")
+    # what the pipe holds and what this process read from it (the id taken was aborted)
+    assert pool_level(prepared) == 8
+    assert len(object_dirs(repo)) == 8 + len(prepared._ids)
+
+
+def test_the_pool_grows_to_the_largest_burst_in_quiet_times(tmp_path: Path) -> None:
+    root = tmp_path / "sfs"
+    root.mkdir()
+    prepared = PreparedDirs(str(root), 200, low=8, quiet_s=1.0)
+    try:
+        taken = []
+        for _ in range(40):  # one burst: never a second without a take
+            taken.append(wait_until(prepared.take, timeout=30, interval=0.001, what="an id"))
+        assert len(set(taken)) == 40
+        # a quarter more than the burst, made once nobody takes any; not the 200 allowed. The
+        # helper counts the ids read from its pipe: the 40 taken and the few (<= low) this
+        # process read with the last of them
+        wait_until(lambda: pool_level(prepared) + len(prepared._ids) >= 50, timeout=60,
+                   what="a pool sized to the burst")  # fmt: skip
+        assert pool_level(prepared) <= (40 + 8) * 5 // 4
+    finally:
+        prepared.close()
+    # the ids handed out are their takers'; the 50 made ahead went with the helper
+    assert {d.name for d in root.glob("*/*")} == set(taken)
 
 
 def test_close_stops_the_helper_and_removes_what_it_made(repo: SfsRepository) -> None:
