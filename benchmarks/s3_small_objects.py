@@ -37,8 +37,13 @@ the clock), with the share of the machine left idle. Linux /proc accounting in c
 Durability of each side (stated, not equal):
 - crossbeat: a PUT is acknowledged after its chunk file and manifest are fsynced and its
   metadata + journal entry are committed with synchronous=FULL (group commit). The
-  directories of small objects may be made ahead by a helper at idle CPU priority (see
-  src/crossbeat/repositories/sfs_prepared.py); they are synced with the object.
+  directories of small objects are made ahead by a helper at idle CPU priority (see
+  src/crossbeat/repositories/sfs_prepared.py): 256 per gateway process at all times, and
+  in quiet times as many as the largest burst of PUTs seen so far (up to 4096 per
+  process). A round of 2,000 PUTs after the other servers' rounds is a burst after a quiet
+  time, served from that pool, so the benchmark also measures one long run of
+  `--sustained` PUTs (default 20,000, ten times the pool a round of 2,000 grows) per
+  server, crossbeat and SeaweedFS, on which the pool runs dry: see its line and ratios.
 - SeaweedFS (`weed mini`): writes to volume files without fsync per request (its default).
   This is the peer of the last line.
 - SeaweedFS with fsync (`seaweedfs-fsync`: the same, plus `fs.configure -fsync` on the
@@ -49,11 +54,12 @@ Durability of each side (stated, not equal):
   read like for like on data durability; its ratios are printed on the line before the last.
 - moto: in memory, nothing durable.
 
+Third to last line: sustained_put_ratio_vs_seaweedfs=X sustained_put_ratio_vs_seaweedfs_fsync=Y.
 Second to last line: put_ratio_vs_seaweedfs_fsync=X get_ratio_vs_seaweedfs_fsync=Y.
 Last line: put_ratio_vs_seaweedfs=X get_ratio_vs_seaweedfs=Y (4 KiB objects).
 
 Usage: python benchmarks/s3_small_objects.py [--objects 2000] [--rounds 5] [--large 4] [--workers 64]
-    [--only crossbeat seaweedfs seaweedfs-fsync moto]
+    [--sustained 20000] [--only crossbeat seaweedfs seaweedfs-fsync moto]
 """
 
 from __future__ import annotations
@@ -320,6 +326,21 @@ def small_round(server: Server, tmp: Path, small: Path, n: int, workers: int, r:
     return n / put, n / get, cpu
 
 
+def sustained_put(server: Server, tmp: Path, small: Path, n: int, workers: int) -> float:
+    """PUT/s of one s5cmd run of `n` 4 KiB PUTs (the files of `small` under `n` names, hard
+    links, uploaded as the rounds' are: `cp` of a directory; `run` of a command file is
+    slower for every server, s5cmd being its bottleneck): long enough for crossbeat to use
+    up the directories it made ahead."""
+    files = sorted(small.iterdir())
+    many = tmp / f"sustained-{server.name}"
+    many.mkdir()
+    for i in range(n):
+        os.link(files[i % len(files)], many / f"o{i:07d}")
+    took, _ = s5(server, workers, "cp", "--concurrency", "1", f"{many}/*", "s3://bench/sustained/", ops=n)
+    shutil.rmtree(many)
+    return n / took
+
+
 def measure_rest(server: Server, tmp: Path, n: int, n_large: int, workers: int) -> dict[str, float]:
     """HEAD and LIST on the objects of round 0, then 64 MiB PUT and GET."""
     work = tmp / f"work-{server.name}"
@@ -350,6 +371,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--large", type=int, default=4)
     ap.add_argument("--workers", type=int, default=64)
+    ap.add_argument("--sustained", type=int, default=20_000,
+                    help="PUTs in the one long run per server (not moto); 0: none")
     ap.add_argument("--only", nargs="*", default=["crossbeat", "seaweedfs", "seaweedfs-fsync", "moto"])
     args = ap.parse_args()
     every = (("crossbeat", crossbeat), ("seaweedfs", seaweedfs),
@@ -372,6 +395,10 @@ def main() -> None:
                 rounds[server.name].append(small_round(server, client, small, args.objects, args.workers, r))
             print(f"round {r}: " + "  ".join(
                 f"{name} PUT {rs[-1][0]:.0f} GET {rs[-1][1]:.0f}" for name, rs in rounds.items()), flush=True)
+        sustained: dict[str, float] = {}
+        for server in servers:
+            if args.sustained and server.name != "moto":
+                sustained[server.name] = sustained_put(server, client, small, args.sustained, args.workers)
         for server in servers:
             res = measure_rest(server, client, args.objects, args.large, args.workers)
             res["put_ops"] = statistics.median(p for p, _, _ in rounds[server.name])
@@ -387,8 +414,15 @@ def main() -> None:
                   f"{statistics.median(c.client for c in cpus):.3f} ms  rest of the machine "
                   f"{statistics.median(c.rest for c in cpus):.3f} ms  (machine idle "
                   f"{statistics.median(c.idle for c in cpus) * 100:.0f}%)", flush=True)
+            if server.name in sustained:
+                print(f"  4 KiB PUT, sustained (one run of {args.sustained} PUTs): "
+                      f"{sustained[server.name]:8.0f} ops/s", flush=True)
             print(f"  64 MiB: PUT {res['put_mbps']:7.1f} MB/s  GET {res['get_mbps']:7.1f} MB/s", flush=True)
     cb, sw, swf = results.get("crossbeat"), results.get("seaweedfs"), results.get("seaweedfs-fsync")
+    if "crossbeat" in sustained and "seaweedfs" in sustained and "seaweedfs-fsync" in sustained:
+        print(f"sustained_put_ratio_vs_seaweedfs={sustained['crossbeat'] / sustained['seaweedfs']:.2f} "
+              f"sustained_put_ratio_vs_seaweedfs_fsync="
+              f"{sustained['crossbeat'] / sustained['seaweedfs-fsync']:.2f}")
     if cb and swf:  # like for like on data durability (see the module docstring)
         print(f"put_ratio_vs_seaweedfs_fsync={cb['put_ops'] / swf['put_ops']:.2f} "
               f"get_ratio_vs_seaweedfs_fsync={cb['get_ops'] / swf['get_ops']:.2f}")
