@@ -27,6 +27,7 @@ from typing import Any, Protocol
 
 from crossbeat.s3.errors import S3Error
 from crossbeat.s3.objectmeta import storage_class
+from crossbeat.s3.version_check import check_version_id_arg
 from crossbeat.s3.xmldoc import (
     CHECKSUM_ELEMENTS,
     XmlWriter,
@@ -382,6 +383,8 @@ def list_object_versions(
             "version-id-marker",
             version_marker,
         )
+    if version_marker:
+        check_version_id_arg(version_marker, "version-id-marker")
     page = _scan(
         lambda k, s, n: store.list_versions(
             name, prefix=prefix, key_marker=k, version_marker=s, limit=n

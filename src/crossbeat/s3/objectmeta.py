@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Any
@@ -75,6 +76,25 @@ def parse_http_date(value: str) -> datetime | None:
     if dt is None:
         return None
     return dt if dt.tzinfo else dt.replace(tzinfo=UTC)
+
+
+# What a stored header may not hold: it is echoed on every GET and HEAD, where a control
+# character (tab aside) would break the answer (CR/LF: a header of the client's making).
+# The HTTP parser refuses them in a request's headers, but a POST form's fields and names,
+# a GET's response-* overrides and the internal routes' JSON can carry anything.
+_NOT_TOKEN = re.compile(r"[^!#$%&'*+.^_`|~0-9A-Za-z-]")
+_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+
+
+def check_echoable(name: str, value: str) -> None:
+    """InvalidArgument unless `name: value` can be sent back as a response header: a token
+    for the name, no control character but tab in the value."""
+    if not name or _NOT_TOKEN.search(name):
+        raise S3Error("InvalidArgument", "Header names must be HTTP tokens.",
+                      extra={"ArgumentName": name[:64]})  # fmt: skip
+    if _CONTROL.search(value):
+        raise S3Error("InvalidArgument", "Header values must not contain control characters.",
+                      extra={"ArgumentName": name})  # fmt: skip
 
 
 def user_metadata(headers: dict[str, str]) -> dict[str, str]:

@@ -31,6 +31,7 @@ from crossbeat.s3.objectmeta import (
     SSE_HEADERS,
     STORAGE_CLASS_HEADER,
     check_conditionals,
+    check_echoable,
     checksum_headers,
     delete_marker,
     iso_now,
@@ -50,6 +51,7 @@ from crossbeat.s3.objectmeta import (
 )
 from crossbeat.s3.put_batcher import BuildMeta
 from crossbeat.s3.replication import replication_info
+from crossbeat.s3.version_check import check_version_id_arg
 
 if TYPE_CHECKING:
     from crossbeat.s3.gateway import Gateway
@@ -340,6 +342,7 @@ def _prepare_get(
         rng = parse_range(req.headers.get("range"), size)
     for param, header in RESPONSE_OVERRIDES.items():
         if param in req.query:
+            check_echoable(param, req.query[param])
             headers[header] = req.query[param]
     status = 200
     start, end = 0, size
@@ -435,6 +438,8 @@ async def delete_objects(gw: Gateway, req: Request, p: Principal, ctx: Any) -> R
         try:
             if not key:
                 raise S3Error("InvalidArgument", "An object key must not be empty.")
+            if version_id == "":
+                raise S3Error("NoSuchVersion")
             h = await delete_one(gw, bucket, target)
         except S3Error as err:
             errors.append(xmldoc.DeleteError(key, err.code, err.message, version_id))
@@ -461,6 +466,7 @@ def parse_copy_source(value: str) -> tuple[str, str, str | None]:
         name, _, val = part.partition("=")
         if name == "versionId":
             version_id = unquote(val)
+            check_version_id_arg(version_id, "x-amz-copy-source")
     return bucket, key, version_id
 
 

@@ -42,7 +42,7 @@ from crossbeat.s3.body import BodyDecoder
 from crossbeat.s3.datapath import write_stream
 from crossbeat.s3.errors import S3Error
 from crossbeat.s3.http import Request, Response, xml_response
-from crossbeat.s3.objectmeta import system_headers, user_metadata
+from crossbeat.s3.objectmeta import check_echoable, system_headers, user_metadata
 from crossbeat.s3.objects import (
     add_expiration,
     refuse_unsupported_writes,
@@ -220,6 +220,7 @@ def form_headers(fields: dict[str, tuple[str, str]]) -> tuple[dict[str, str], di
     decoder: dict[str, str] = {}
     for name, (_, value) in fields.items():
         if name in _HEADER_FIELDS or name.startswith("x-amz-meta-") or name.startswith(_REFUSED_PREFIXES):
+            check_echoable(name, value)
             headers[name] = value
         elif name == "acl":
             headers["x-amz-acl"] = value

@@ -8,6 +8,7 @@ from crossbeat.s3 import attributes, buckets, internal, multipart, objects
 from crossbeat.s3.auth import Principal
 from crossbeat.s3.errors import S3Error
 from crossbeat.s3.http import Request, Response
+from crossbeat.s3.version_check import check_version_id_arg
 
 if TYPE_CHECKING:
     from crossbeat.s3.gateway import Gateway
@@ -77,6 +78,8 @@ async def dispatch(gw: Gateway, req: Request, principal: Principal, ctx: Any) ->
     if len(req.key.encode("utf-8", "surrogateescape")) > 1024:
         raise S3Error("KeyTooLongError")
     _refuse_unserved("object", m, q)
+    if "versionId" in q:
+        check_version_id_arg(q["versionId"])
     return await _object(gw, req, principal, ctx, m, q)
 
 

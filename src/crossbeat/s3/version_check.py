@@ -12,9 +12,10 @@ InvalidArgument naming the field, and nothing changes.
 from __future__ import annotations
 
 from typing import Any, TypeGuard
+from urllib.parse import quote
 
 from crossbeat.s3.errors import S3Error
-from crossbeat.s3.objectmeta import parse_iso
+from crossbeat.s3.objectmeta import check_echoable, parse_iso
 
 
 def is_location_list(value: Any) -> TypeGuard[list[dict[str, Any]]]:
@@ -26,13 +27,63 @@ def is_location_list(value: Any) -> TypeGuard[list[dict[str, Any]]]:
     )
 
 
+# Version ids crossbeat makes are 26 characters of Crockford base32 (or "null"); replicas
+# keep their source's, and other stores' ids use more of ASCII (AWS's have + . _ and -).
+# Anything printable and spaceless is accepted as an id: what is not (control characters,
+# spaces, non-ASCII) could not be echoed in x-amz-version-id or an XML document.
+MAX_VERSION_ID = 1024
+
+
+def is_version_id(value: Any) -> bool:
+    """Whether `value` can name a version: 1 to 1024 printable ASCII characters, no space."""
+    return (isinstance(value, str) and 0 < len(value) <= MAX_VERSION_ID
+            and all("!" <= c <= "~" for c in value))  # fmt: skip
+
+
+def check_version_id_arg(value: str, name: str = "versionId") -> None:
+    """Raise InvalidArgument (400, as AWS) for a request's version id that names no version
+    crossbeat could hold, before anything is looked up or changed: AWS's wording for an
+    empty one and for a malformed one, the value shown URL-encoded (it may hold characters
+    an XML document cannot)."""
+    if value == "":
+        raise S3Error("InvalidArgument", "Version id cannot be the empty string",
+                      extra={"ArgumentName": name, "ArgumentValue": ""})  # fmt: skip
+    if not is_version_id(value):
+        raise S3Error("InvalidArgument", "Invalid version id specified",
+                      extra={"ArgumentName": name, "ArgumentValue": quote(value[:64], safe="")})  # fmt: skip
+
+
 def _bad(field: str, why: str) -> S3Error:
     return S3Error("InvalidArgument", f"version metadata: {field} {why}")
+
+
+def _check_headers(meta: dict[str, Any]) -> None:
+    """What GET and HEAD would echo as headers must be headers they can send."""
+    echoed: list[tuple[str, Any]] = []
+    for field, prefix in (("userMetadata", "x-amz-meta-"), ("systemHeaders", "")):
+        value = meta.get(field)
+        if value is None:
+            continue
+        if not isinstance(value, dict):
+            raise _bad(field, "must be an object of strings")
+        echoed += ((f"{prefix}{k}", v) for k, v in value.items())
+    if meta.get("contentType") is not None:
+        echoed.append(("content-type", meta["contentType"]))
+    for name, value in echoed:
+        if not isinstance(value, str):
+            raise _bad(name, "must be a string")
+        try:
+            check_echoable(name, value)
+        except S3Error as e:
+            raise _bad(name, "cannot be sent back as a header (" + e.message + ")") from None
 
 
 def check_version(meta: dict[str, Any], *, data_given: bool = False) -> None:
     """Raise InvalidArgument unless `meta` is a version the gateway can serve.
     `data_given`: the request carries the data, whose location replaces `meta`'s."""
+    if "versionId" in meta and not is_version_id(meta["versionId"]):
+        raise _bad("versionId", f"must be 1 to {MAX_VERSION_ID} printable ASCII characters")
+    _check_headers(meta)
     marker = meta.get("isDeleteMarker", False)
     if not isinstance(marker, bool):
         raise _bad("isDeleteMarker", "must be true or false")

@@ -562,7 +562,8 @@ def parse_delete_objects(body: bytes | str) -> tuple[bool, list[DeleteTarget]]:
     """(quiet, targets) of a Delete body.
 
     No objects, more than 1000, an Object without Key, or a Quiet that is not a boolean →
-    MalformedXML. Empty keys are kept (the caller reports them per key)."""
+    MalformedXML. Empty keys and empty version ids are kept (the caller reports them per
+    key)."""
     root = _root(body, "Delete")
     quiet_text = (child_text(root, "Quiet") or "false").strip().lower()
     if quiet_text not in ("true", "false"):
@@ -572,10 +573,14 @@ def parse_delete_objects(body: bytes | str) -> tuple[bool, list[DeleteTarget]]:
         key = child_text(obj, "Key")
         if key is None:
             raise S3Error("MalformedXML", "Each Object needs a Key.")
-        version_id, etag, size, modified = (
+        etag, size, modified = (
             (child_text(obj, name) or "").strip() or None
-            for name in ("VersionId", "ETag", "Size", "LastModifiedTime")
+            for name in ("ETag", "Size", "LastModifiedTime")
         )
+        # an empty VersionId names the version "", which AWS reports as not there: it is
+        # not the absence of one (which would make a delete marker)
+        version_id = child_text(obj, "VersionId")
+        version_id = None if version_id is None else version_id.strip()
         try:
             objects.append(DeleteTarget(
                 key, version_id, etag,

@@ -67,6 +67,14 @@ def test_data_to_an_unknown_location_is_400(gateway: Service, bucket: str) -> No
         ({"location": [{"dataKey": 1}]}, "location"),
         ({"location": []}, "location"),
         ({"isDeleteMarker": "yes"}, "isDeleteMarker"),
+        # what GET and HEAD would echo as headers, and the id they are asked for by
+        ({"userMetadata": {"colour": "a\r\nX-Injected: 1"}}, "x-amz-meta-colour"),
+        ({"userMetadata": {"a b": "c"}}, "x-amz-meta-a b"),
+        ({"userMetadata": {"n": 1}}, "x-amz-meta-n"),
+        ({"userMetadata": ["x"]}, "userMetadata"),
+        ({"systemHeaders": {"content-disposition": "nul\x00"}}, "content-disposition"),
+        ({"contentType": "text/plain\n"}, "content-type"),
+        ({"versionId": "with space"}, "versionId"),
     ],
 )
 def test_metadata_the_gateway_cannot_serve_is_refused(

@@ -11,6 +11,9 @@ import botocore.exceptions
 import pytest
 from boto3.s3.transfer import TransferConfig
 
+from tests.support.gateway import signed
+from tests.support.procs import Service
+
 pytestmark = pytest.mark.integration
 MiB = 1024 * 1024
 
@@ -233,3 +236,19 @@ def test_an_upload_without_a_length_is_411(gateway: Any, s3: Any, bucket: str, u
     assert "Contents" not in s3.list_objects_v2(Bucket=bucket)
     if upload_part:
         assert not s3.list_parts(Bucket=bucket, Key="nolength", UploadId=uid).get("Parts")
+
+
+@pytest.mark.parametrize("value", ["a%0D%0AX-Injected%3A%201", "nul%00", "tab%09ok"])
+def test_a_response_override_that_cannot_be_a_header_is_invalid_argument(
+    gateway: Service, s3: Any, bucket: str, value: str
+) -> None:
+    s3.put_object(Bucket=bucket, Key="k", Body=b"body")
+    for param in ("response-content-disposition", "response-content-type", "response-expires"):
+        for method in ("GET", "HEAD"):
+            r = signed(method, f"{gateway.url}/{bucket}/k?{param}={value}")
+            if value == "tab%09ok":  # a tab may be in a header value
+                assert r.status_code == 200 and "\t" in r.headers[param[len("response-"):]], r.headers
+                continue
+            assert r.status_code == 400, (param, method, r.status_code, r.text)
+            if method == "GET":
+                assert b"<Code>InvalidArgument</Code>" in r.content and param.encode() in r.content

@@ -14,6 +14,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import httpx
 import pytest
+from botocore.exceptions import ClientError
 
 from tests.support.gateway import ROOT_SK, USER_AK, USER_SK, running_gateway, s3_client, signed
 from tests.support.procs import Service, peak_rss_mib, rss_growth_mib
@@ -474,3 +475,24 @@ def test_a_refused_post_leaves_nothing(
     assert s3v4.list_object_versions(Bucket=vbucket).get("Versions", []) == []
     assert journal_end(gateway.url) == seq
     assert data_files(data_dir) == files
+
+
+@pytest.mark.parametrize("field", ["x-amz-meta-colour", "Content-Disposition", "Content-Type", "Cache-Control"])
+@pytest.mark.parametrize("value", ["a\r\nX-Injected: 1", "nul\x00byte", "bell\x07"])
+def test_a_field_that_cannot_be_a_header_is_refused(s3v4: Any, bucket: str, field: str, value: str) -> None:
+    # stored, such a value would be echoed in a header of every GET and HEAD of the object
+    presigned = presign(s3v4, bucket, "ctl", {field: value})
+    r = post(presigned, b"data")
+    assert r.status_code == 400, r.text
+    assert error(r)[0] == "InvalidArgument"
+    with pytest.raises(ClientError) as e:
+        s3v4.head_object(Bucket=bucket, Key="ctl")
+    assert e.value.response["Error"]["Code"] == "404"
+
+
+def test_a_metadata_field_whose_name_cannot_be_a_header_is_refused(s3v4: Any, bucket: str) -> None:
+    presigned = presign(s3v4, bucket, "name", {"x-amz-meta-a b": "value"})
+    r = post(presigned, b"data")
+    assert r.status_code == 400 and error(r)[0] == "InvalidArgument", r.text
+    with pytest.raises(ClientError):
+        s3v4.head_object(Bucket=bucket, Key="name")

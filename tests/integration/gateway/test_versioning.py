@@ -1,9 +1,13 @@
 from __future__ import annotations
 
+import xml.etree.ElementTree as ET
 from typing import Any
 
 import botocore.exceptions
 import pytest
+
+from tests.support.gateway import signed
+from tests.support.procs import Service
 
 pytestmark = pytest.mark.integration
 
@@ -96,3 +100,64 @@ def test_delete_objects_with_versions(s3: Any, vbucket: str) -> None:
     by_key = {d["Key"]: d for d in r["Deleted"]}
     assert by_key["x"]["VersionId"] == v
     assert by_key["y"]["DeleteMarker"] is True and by_key["y"]["DeleteMarkerVersionId"]
+
+
+@pytest.mark.parametrize(
+    ("query", "message"),
+    [
+        ("", "Version id cannot be the empty string"),
+        ("%00", "Invalid version id specified"),
+        ("a%0D%0AX-Injected%3A%201", "Invalid version id specified"),
+        ("with%20space", "Invalid version id specified"),
+        ("%C3%A9", "Invalid version id specified"),
+        ("A" * 1025, "Invalid version id specified"),
+    ],
+)
+def test_a_version_id_that_names_no_version_is_invalid_argument(
+    gateway: Service, s3: Any, vbucket: str, query: str, message: str
+) -> None:
+    s3.put_object(Bucket=vbucket, Key="k", Body=b"kept")
+    for method in ("GET", "PUT", "DELETE"):  # the tagging of a version
+        r = signed(method, f"{gateway.url}/{vbucket}/k?tagging&versionId={query}",
+                   b"<Tagging><TagSet/></Tagging>" if method == "PUT" else b"")  # fmt: skip
+        assert r.status_code == 400, (method, r.text)
+    for method in ("GET", "HEAD", "DELETE"):
+        r = signed(method, f"{gateway.url}/{vbucket}/k?versionId={query}")
+        assert r.status_code == 400, (method, r.text)
+        if method != "HEAD":
+            root = ET.fromstring(r.content)  # a well-formed document whatever the id held
+            assert (root.findtext("Code"), root.findtext("Message")) == ("InvalidArgument", message)
+            assert root.findtext("ArgumentName") == "versionId"
+    # nothing changed: no delete marker, the object as it was
+    listing = s3.list_object_versions(Bucket=vbucket)
+    assert "DeleteMarkers" not in listing and len(listing["Versions"]) == 1
+    assert s3.get_object(Bucket=vbucket, Key="k")["Body"].read() == b"kept"
+    # a copy source and a listing marker are checked alike
+    r = signed("PUT", f"{gateway.url}/{vbucket}/copy",
+               headers={"x-amz-copy-source": f"/{vbucket}/k?versionId={query}"})  # fmt: skip
+    assert r.status_code == 400 and b"InvalidArgument" in r.content, r.text
+    assert "copy" not in {v["Key"] for v in s3.list_object_versions(Bucket=vbucket)["Versions"]}
+    if query:
+        r = signed("GET", f"{gateway.url}/{vbucket}?versions&key-marker=k&version-id-marker={query}")
+        assert r.status_code == 400 and b"version-id-marker" in r.content, r.text
+
+
+def test_a_well_formed_version_id_that_is_not_there(s3: Any, vbucket: str) -> None:
+    s3.put_object(Bucket=vbucket, Key="k", Body=b"kept")
+    for absent in ("garbage", "3HL4kqtJlcpXroDTDmJ+rmSpXd3dIbrHY+MTRCxf3vjVBH40Nrjfkd"):
+        with pytest.raises(botocore.exceptions.ClientError) as exc:
+            s3.get_object(Bucket=vbucket, Key="k", VersionId=absent)
+        assert exc.value.response["Error"]["Code"] == "NoSuchVersion"
+        # deleting a version that is not there is done already, as on AWS
+        assert s3.delete_object(Bucket=vbucket, Key="k", VersionId=absent)["VersionId"] == absent
+    assert s3.get_object(Bucket=vbucket, Key="k")["Body"].read() == b"kept"
+
+
+def test_delete_objects_with_an_empty_version_id_deletes_nothing(s3: Any, vbucket: str) -> None:
+    # as AWS: an empty <VersionId/> names no version; it does not mean "the current one"
+    s3.put_object(Bucket=vbucket, Key="k", Body=b"kept")
+    r = s3.delete_objects(Bucket=vbucket, Delete={"Objects": [{"Key": "k", "VersionId": ""}]})
+    assert [(e["Key"], e["Code"]) for e in r["Errors"]] == [("k", "NoSuchVersion")]
+    assert "Deleted" not in r
+    listing = s3.list_object_versions(Bucket=vbucket)
+    assert "DeleteMarkers" not in listing and len(listing["Versions"]) == 1
