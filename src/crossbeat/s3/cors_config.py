@@ -19,6 +19,7 @@ header names case-insensitively.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 from xml.etree import ElementTree as ET
 
@@ -42,6 +43,9 @@ _SINGLES = ("ID", "MaxAgeSeconds")
 
 Config = dict[str, Any]
 Rule = dict[str, Any]
+
+
+_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 
 
 def _malformed(message: str | None = None) -> S3Error:
@@ -100,6 +104,10 @@ def _parse_rule(element: ET.Element) -> Rule:
             raise _invalid_request(
                 f'ExposeHeader "{header}" contains wildcard. We currently do not support wildcard for ExposeHeader.'
             )
+        # echoed in Access-Control-Expose-Headers of every matching answer: a CR/LF there
+        # made each of them a 500
+        if not _HEADER_NAME.fullmatch(header):
+            raise _invalid_request(f"ExposeHeader {header!r} is not a header name.")
     return rule
 
 

@@ -82,6 +82,11 @@ def test_rendering_gives_back_what_was_parsed() -> None:
         (doc(rule(extra="<AllowedHeader>x-*-*</AllowedHeader>")), "InvalidRequest",
          'AllowedHeader "x-*-*" can not have more than one wildcard.'),
         (doc(rule(extra="<ExposeHeader>x-amz-*</ExposeHeader>")), "InvalidRequest", None),
+        # echoed as a header: CR/LF, spaces, a colon cannot be in a header name
+        (doc(rule(extra="<ExposeHeader>x-a&#13;&#10;X-Injected: 1</ExposeHeader>")), "InvalidRequest",
+         r"ExposeHeader 'x-a\r\nX-Injected: 1' is not a header name."),
+        (doc(rule(extra="<ExposeHeader>ETag, x-amz-version-id</ExposeHeader>")), "InvalidRequest", None),
+        (doc(rule(extra="<ExposeHeader></ExposeHeader>")), "InvalidRequest", None),
         (doc(rule(extra="<MaxAgeSeconds>-1</MaxAgeSeconds>")), "InvalidRequest", None),
         (doc(rule(extra=f"<ID>{'x' * 256}</ID>")), "InvalidArgument", None),
     ],
