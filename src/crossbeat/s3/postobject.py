@@ -240,8 +240,10 @@ def _location(req: Request, key: str) -> str:
 
 
 def _redirect(url: str | None) -> str | None:
-    """A usable success_action_redirect: only an absolute http(s) URL (S3 ignores others)."""
-    if not url:
+    """A usable success_action_redirect: only an absolute http(s) URL (S3 ignores others),
+    and one that can be a Location header (no control character or space: urlsplit drops
+    CR/LF and tabs silently, and the answer to a stored upload was then a 500)."""
+    if not url or any(c <= " " or c == "\x7f" for c in url):
         return None
     try:
         parts = urlsplit(url)

@@ -169,9 +169,14 @@ def test_a_post_answers_x_amz_expiration_when_a_rule_will_expire_it(s3v4: Any, b
     assert "x-amz-expiration" not in post(presign(s3v4, bucket, "kept"), b"x").headers
 
 
-def test_a_relative_redirect_is_ignored(s3v4: Any, bucket: str) -> None:
-    presigned = presign(s3v4, bucket, "k", {"success_action_redirect": "/relative/path"})
-    assert post(presigned, b"x").status_code == 204
+@pytest.mark.parametrize("target", ["/relative/path", "https://app.example.test/a\r\nX-Injected: 1",
+                                    "https://app.example.test/a b"])
+def test_a_redirect_that_cannot_be_a_location_is_ignored(s3v4: Any, bucket: str, target: str) -> None:
+    presigned = presign(s3v4, bucket, "k", {"success_action_redirect": target})
+    r = post(presigned, b"x")
+    # the 204 names the object's own URL, not the redirect's
+    assert r.status_code == 204 and not r.headers["location"].startswith("https://app."), r.headers
+    assert s3v4.get_object(Bucket=bucket, Key="k")["Body"].read() == b"x"
 
 
 def test_filename_is_substituted_into_the_key(s3v4: Any, bucket: str) -> None:
