@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from crossbeat.metadata import Bucket, MetadataStore, open_store
+from crossbeat.metadata.errors import NoSuchBucket as MetadataNoSuchBucket
+from crossbeat.metadata.errors import NoSuchUpload as MetadataNoSuchUpload
 from crossbeat.metadata.settings import MetadataSettings
 from crossbeat.repositories import CorruptData, NoSuchData, Repository, open_repositories
 from crossbeat.repositories.registry import cleanup_repositories, names_by_repository
@@ -285,6 +287,12 @@ class Gateway:
                 response = await router.dispatch(self, req, principal, ctx)
         except S3Error as err:
             response = self.error_response(err, req)
+        except MetadataNoSuchBucket as exc:
+            # the bucket went between the handler's lookup (which another worker process's
+            # DeleteBucket does not refresh) and its write: what the lookup would now say
+            response = self.error_response(S3Error("NoSuchBucket", extra={"BucketName": exc.bucket}), req)
+        except MetadataNoSuchUpload:
+            response = self.error_response(S3Error("NoSuchUpload"), req)
         except (CorruptData, NoSuchData) as exc:
             log.error("data error on %s %s: %s", req.method, req.raw_path, exc)
             response = self.error_response(S3Error("InternalError", f"stored data is unreadable: {exc}"), req)

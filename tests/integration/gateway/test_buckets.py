@@ -1,12 +1,14 @@
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import botocore.exceptions
 import httpx
 import pytest
 
-from tests.support.gateway import ROOT_AK, s3_client
+from crossbeat.metadata import open_store
+from tests.support.gateway import ROOT_AK, running_gateway, s3_client
 from tests.support.procs import Service
 
 pytestmark = pytest.mark.integration
@@ -185,3 +187,25 @@ def test_a_refused_upload_is_not_asked_for_its_body(gateway: Service, s3: Any) -
     assert answer.startswith(b"HTTP/1.1 403 ") and b"100 Continue" not in answer
     assert answer.lower().count(b"connection: close") == 1
     assert "Contents" not in s3.list_objects_v2(Bucket="expect-refused")
+
+
+def test_a_bucket_deleted_by_another_worker_is_no_such_bucket(tmp_path: Path) -> None:
+    # One worker process, which has the bucket in its cache; the bucket is then deleted in
+    # the store by someone else (another worker process of the same gateway does this).
+    data = tmp_path / "data"
+    with running_gateway(data, config="[gateway]\nworkers = 1\n") as gw:
+        s3 = s3_client(gw.url)
+        s3.create_bucket(Bucket="gone")
+        s3.head_bucket(Bucket="gone")
+        store = open_store(data / "metadata.sqlite")
+        try:
+            store.delete_bucket("gone")
+        finally:
+            store.close()
+        for call in (lambda: s3.create_multipart_upload(Bucket="gone", Key="k"),
+                     lambda: s3.put_object(Bucket="gone", Key="k", Body=b"x")):  # fmt: skip
+            with pytest.raises(botocore.exceptions.ClientError) as exc:
+                call()
+            assert code(exc) == "NoSuchBucket"  # it was a 500
+        assert "gone" not in [b["Name"] for b in s3.list_buckets()["Buckets"]]
+        assert not list(data.rglob("manifest.json"))  # the refused PUT's data is gone too
