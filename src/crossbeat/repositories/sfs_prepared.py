@@ -33,9 +33,10 @@ Contract:
   counts what the pipe holds), and this process holds at most 64 more it read from it. A
   full pool costs ten wake-ups a second of the helper.
 - An id dates from when its directories were made, not from when its object is written.
-- Directories made in a quiet time are durable before their id is handed out; the others
-  are made durable by the shared syncfs that commits the object written into them (syncfs
-  covers the whole filesystem, whoever wrote).
+- The shared syncfs that commits an object makes its directories durable too, whoever made
+  them (syncfs covers the whole filesystem): durability never rests on the helper. Those
+  made in a quiet time the helper also syncs before handing them out, so that this syncfs
+  finds them written already (a failed sync of the helper's changes nothing else).
 - Directories never used (a crash, a stop) are incomplete objects without a manifest: the
   cleanup pass removes them (the gateway runs it with no age limit at start), and `close()`
   removes those it was holding. If something removes a prepared directory before its
