@@ -279,9 +279,10 @@ def _helper(root: str, fd: int, count: int, low: int, quiet_s: float = QUIET_S) 
         cpu: tuple[float, float] | None = _cpu_times()
     except OSError:  # no /proc: quiet is only "no takes"
         cpu = None
-    root_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    root_fd: int | None = None
     batch: list[str] = []
     try:
+        root_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         written = _pool_level(fd)  # what the pipe held after our last write
         while True:
             level = _pool_level(fd)
@@ -314,7 +315,7 @@ def _helper(root: str, fd: int, count: int, low: int, quiet_s: float = QUIET_S) 
                 if key is not None:
                     batch.append(key)
             if _syncfs is not None:
-                _syncfs(root_fd)  # durable before anyone gets them: see the docstring
+                _syncfs(root_fd)  # written out before anyone gets them: see the docstring
             os.write(fd, "".join(f"{key}\n" for key in batch).encode())  # under PIPE_BUF: whole
             written += len(batch)
             batch.clear()
@@ -322,4 +323,5 @@ def _helper(root: str, fd: int, count: int, low: int, quiet_s: float = QUIET_S) 
         for key in batch:
             shutil.rmtree(object_dir(root, key), ignore_errors=True)
     finally:
-        os.close(root_fd)
+        if root_fd is not None:
+            os.close(root_fd)
