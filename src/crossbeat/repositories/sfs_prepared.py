@@ -249,19 +249,63 @@ def _make(root: str) -> str | None:
     return key
 
 
-def _helper(root: str, fd: int, count: int, low: int, quiet_s: float = QUIET_S) -> None:
-    """Keep prepared ids in the pipe `fd` until SIGTERM or until the pipe's reader is gone;
-    then remove the directories being made, which nobody will get.
+class RefillPolicy:
+    """When the helper makes ids and how many, from what it sees of the pipe: the
+    bookkeeping of `_helper`, apart from its I/O.
 
-    Below `low` ids the helper makes one at a time whenever a CPU idles (a gateway under
-    steady load). Above it, it prepares for bursts like the largest seen so far (plus a
-    quarter, at most `count`), and only in quiet times: no take for `quiet_s`, and others
-    left at least QUIET_IDLE of the machine's CPU idle. A helper that works during a burst
-    of PUTs costs the burst more than its own CPU time (the gateway's syncfs must then also
-    write out what it made), and one that works while other programs are busy would take
-    from them what SCHED_IDLE does not cover (disk writes, kernel locks). What it makes in
-    a quiet time it syncs, a batch at a time, before handing it out, so that the first PUT
-    after a quiet time does not write out the whole refill."""
+    Below `low` ids: one at a time, whenever the helper runs at all (a gateway under steady
+    load; SCHED_IDLE gives it the CPU only when nobody else wants it). Above: up to the
+    target, which grows to the largest burst seen (ids taken with no gap of `quiet_s`) plus
+    a quarter, at most `count`; in batches of at most QUIET_BATCH, synced before they are
+    handed out, and only in a quiet time: no take for `quiet_s`, and others left at least
+    QUIET_IDLE of the machine's CPU idle (when that is known)."""
+
+    def __init__(self, count: int, low: int, quiet_s: float, now: float, level: int = 0) -> None:
+        self.count = count
+        self.low = max(1, min(count, low))
+        self.quiet_s = quiet_s
+        self.target = self.low
+        self.burst = 0  # ids taken in the current burst
+        self.last_take = now
+        self.written = level  # what the pipe held after our last write
+
+    def saw(self, level: int, now: float) -> None:
+        """The pipe holds `level` ids at `now`: what went since our last write was taken."""
+        if level < self.written:
+            self.burst += self.written - level
+            self.last_take = now
+        elif self.burst and now - self.last_take >= self.quiet_s:  # the burst ended
+            self.target = max(self.target, min(self.count, self.burst + self.burst // 4))
+            self.burst = 0
+        self.written = level
+
+    def plan(self, free_share: float | None, now: float) -> tuple[int, bool]:
+        """(ids to make now, whether to sync them before handing them out); (0, _): sleep
+        `quiet_s`. `free_share`: the share of the machine's CPU others left idle since the
+        last plan, None if unknown."""
+        level = self.written
+        if level < self.low:
+            return 1, False
+        quiet = now - self.last_take >= self.quiet_s
+        if free_share is not None:
+            quiet = quiet and free_share >= QUIET_IDLE
+        if level >= self.target or not quiet:
+            return 0, False
+        return min(QUIET_BATCH, self.target - level), True
+
+    def wrote(self, n: int) -> None:
+        self.written += n
+
+
+def _helper(root: str, fd: int, count: int, low: int, quiet_s: float = QUIET_S) -> None:
+    """Keep prepared ids in the pipe `fd`, as `RefillPolicy` says, until SIGTERM or until
+    the pipe's reader is gone; then remove the directories being made, which nobody will get.
+
+    A helper that works during a burst of PUTs costs the burst more than its own CPU time
+    (the gateway's syncfs must then also write out what it made), and one that works while
+    other programs are busy would take from them what SCHED_IDLE does not cover (disk
+    writes, kernel locks): hence the quiet times. What it makes in a quiet time it syncs
+    before handing it out, so that the first PUT after one does not write out the refill."""
     try:  # run only when a CPU would otherwise idle
         os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
     except (OSError, AttributeError):  # not Linux
@@ -271,10 +315,6 @@ def _helper(root: str, fd: int, count: int, low: int, quiet_s: float = QUIET_S) 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops the gateway, which stops us
     with contextlib.suppress(OSError):  # the pool never blocks on a pipe smaller than asked
         count = min(count, fcntl.fcntl(fd, fcntl.F_GETPIPE_SZ) // _RECORD)
-    low = max(1, min(count, low))
-    target = low  # grows with the bursts seen
-    burst = 0  # ids taken in the current burst
-    last_take = time.monotonic()
     try:
         cpu: tuple[float, float] | None = _cpu_times()
     except OSError:  # no /proc: quiet is only "no takes"
@@ -283,41 +323,27 @@ def _helper(root: str, fd: int, count: int, low: int, quiet_s: float = QUIET_S) 
     batch: list[str] = []
     try:
         root_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        written = _pool_level(fd)  # what the pipe held after our last write
+        policy = RefillPolicy(count, low, quiet_s, time.monotonic(), _pool_level(fd))
         while True:
-            level = _pool_level(fd)
             now = time.monotonic()
-            if level < written:  # the gateway took some
-                burst += written - level
-                last_take = now
-            elif burst and now - last_take >= quiet_s:  # a burst ended
-                target = max(target, min(count, burst + burst // 4))
-                burst = 0
-            written = level
-            if level < low:
-                key = _make(root)
-                if key is not None:
-                    batch.append(key)
-                    os.write(fd, f"{key}\n".encode())
-                    batch.clear()
-                    written += 1
-                continue
-            quiet = now - last_take >= quiet_s
-            if cpu is not None:
+            policy.saw(_pool_level(fd), now)
+            free_share = None
+            if cpu is not None and policy.written >= policy.low:
                 then, cpu = cpu, _cpu_times()
-                free, total = cpu[0] - then[0], cpu[1] - then[1]
-                quiet = quiet and total > 0 and free >= QUIET_IDLE * total
-            if level >= target or not quiet:
+                total = cpu[1] - then[1]
+                free_share = (cpu[0] - then[0]) / total if total > 0 else 0.0
+            n, sync = policy.plan(free_share, now)
+            if n == 0:
                 time.sleep(quiet_s)
                 continue
-            while len(batch) < min(QUIET_BATCH, target - level):
+            while len(batch) < n:
                 key = _make(root)
                 if key is not None:
                     batch.append(key)
-            if _syncfs is not None:
+            if sync and _syncfs is not None:
                 _syncfs(root_fd)  # written out before anyone gets them: see the docstring
             os.write(fd, "".join(f"{key}\n" for key in batch).encode())  # under PIPE_BUF: whole
-            written += len(batch)
+            policy.wrote(len(batch))
             batch.clear()
     except (_Stop, OSError):  # stopped; EPIPE: the gateway died; the root is gone
         for key in batch:

@@ -17,7 +17,7 @@ import pytest
 from crossbeat.repositories import syncgroup
 from crossbeat.repositories.object_ids import ID_WIDTH, is_object_id
 from crossbeat.repositories.sfs import SfsRepository, SfsWriter
-from crossbeat.repositories.sfs_prepared import PreparedDirs
+from crossbeat.repositories.sfs_prepared import QUIET_BATCH, PreparedDirs, RefillPolicy
 from tests.support.procs import wait_until
 
 pytestmark = pytest.mark.skipif(not syncgroup.available(), reason="syncfs(2) is Linux-only")
@@ -199,3 +199,63 @@ def test_small_objects_make_their_own_directories_once_the_helper_is_gone(repo: 
     assert isinstance(writer, SfsWriter) and not writer._prepared
     assert writer.stage()
     assert repo.read_bytes(writer.commit().dataKey) == b"own directories"
+
+
+# -- the helper's refill policy, on its own ------------------------------------------------
+
+
+def burst(policy: RefillPolicy, taken: int, now: float) -> None:
+    """The gateway takes `taken` ids, a few at a time, 10 ms apart, from `now` on."""
+    level = policy.written
+    for i in range(taken):
+        level -= 1
+        policy.saw(level, now + i * 0.01)
+
+
+def test_below_low_one_id_at_a_time_even_while_busy() -> None:
+    policy = RefillPolicy(200, 8, quiet_s=0.1, now=0.0, level=3)
+    assert policy.plan(free_share=0.0, now=0.0) == (1, False)  # unsynced: no quiet time needed
+    policy.wrote(5)
+    assert policy.written == 8
+    assert policy.plan(free_share=1.0, now=10.0) == (0, False)  # at low, no burst seen yet
+
+
+def test_the_target_grows_to_the_largest_burst_and_refills_only_when_quiet() -> None:
+    policy = RefillPolicy(200, 8, quiet_s=0.1, now=0.0, level=50)
+    burst(policy, 40, now=1.0)  # 1.00 .. 1.39: 50 -> 10
+    assert policy.plan(free_share=1.0, now=1.45) == (0, False)  # a take 60 ms ago: not quiet
+    policy.saw(10, now=1.50)  # 110 ms without a take: the burst of 40 is over
+    assert policy.target == 50
+    assert policy.plan(free_share=0.1, now=1.50) == (0, False)  # others keep the machine busy
+    assert policy.plan(free_share=0.5, now=1.50) == (40, True)  # 10 -> 50, synced first
+    policy.wrote(40)
+    policy.saw(50, now=1.6)
+    assert policy.plan(free_share=1.0, now=5.0) == (0, False)  # full
+    burst(policy, 45, now=6.0)  # 50 -> 5: below low, one at a time again, while it lasts
+    assert policy.plan(free_share=0.0, now=6.5) == (1, False)
+
+
+def test_batches_are_bounded_and_the_target_by_count() -> None:
+    policy = RefillPolicy(100, 8, quiet_s=0.1, now=0.0, level=1000)
+    burst(policy, 900, now=1.0)
+    policy.saw(policy.written, now=20.0)
+    assert policy.target == 100  # 900 + a quarter, at most count
+    policy.written = 8
+    n, sync = policy.plan(free_share=1.0, now=20.0)
+    assert sync and n == QUIET_BATCH
+
+
+def test_bursts_apart_are_not_added_up() -> None:
+    policy = RefillPolicy(1000, 8, quiet_s=0.1, now=0.0, level=500)
+    burst(policy, 30, now=1.0)
+    policy.saw(policy.written, now=2.0)
+    burst(policy, 20, now=3.0)
+    policy.saw(policy.written, now=4.0)
+    assert policy.target == 37  # the larger, 30, plus a quarter; not 50 plus a quarter
+
+
+def test_without_cpu_figures_quiet_is_no_take() -> None:
+    policy = RefillPolicy(100, 8, quiet_s=0.1, now=0.0, level=8)
+    policy.target = 20
+    assert policy.plan(free_share=None, now=0.05) == (0, False)
+    assert policy.plan(free_share=None, now=0.2) == (12, True)
