@@ -45,7 +45,7 @@ Contract:
 - The helper exits on SIGTERM (`close()`) or when the pipe's read end is closed (this
   process died).
 
-The helper imports this module and `object_ids` without the packages' `__init__` modules
+The helper imports this module, `object_ids` and `syncgroup` without the packages' `__init__` modules
 (which import pydantic and take a fifth of a second), so it starts in milliseconds.
 """
 
@@ -54,7 +54,6 @@ from __future__ import annotations
 import array
 import collections
 import contextlib
-import ctypes
 import fcntl
 import logging
 import os
@@ -66,6 +65,7 @@ import termios
 import threading
 import time
 
+from crossbeat.repositories import syncgroup
 from crossbeat.repositories.object_ids import ID_WIDTH, new_object_id
 
 log = logging.getLogger("crossbeat.repositories")
@@ -86,8 +86,6 @@ QUIET_S = 0.1  # above it, only after this long without a take
 QUIET_IDLE = 0.25  # ... in which others left at least this share of the machine's CPU idle
 QUIET_BATCH = 64  # ids made, synced and handed over together in a quiet time (under PIPE_BUF)
 _READ_RECORDS = 64  # ids this process moves from the pipe at a time: the helper sees takes
-# libc's syncfs through the running program's symbols (no find_library: it runs ldconfig)
-_syncfs = getattr(ctypes.CDLL(None, use_errno=True), "syncfs", None)
 
 
 class PreparedDirs:
@@ -340,8 +338,8 @@ def _helper(root: str, fd: int, count: int, low: int, quiet_s: float = QUIET_S) 
                 key = _make(root)
                 if key is not None:
                     batch.append(key)
-            if sync and _syncfs is not None:
-                _syncfs(root_fd)  # written out before anyone gets them: see the docstring
+            if sync and syncgroup.available():
+                syncgroup.syncfs(root_fd)  # written out before anyone gets them: see the docstring
             os.write(fd, "".join(f"{key}\n" for key in batch).encode())  # under PIPE_BUF: whole
             policy.wrote(len(batch))
             batch.clear()

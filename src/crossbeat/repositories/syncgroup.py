@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import ctypes.util
 import fcntl
 import mmap
 import os
@@ -28,9 +27,12 @@ import threading
 import time
 from pathlib import Path
 
-_libc_name = ctypes.util.find_library("c")
-_libc = ctypes.CDLL(_libc_name, use_errno=True) if _libc_name else None
-_syncfs = getattr(_libc, "syncfs", None) if _libc is not None else None
+# libc through the running program's symbols: no find_library, which runs ldconfig (the
+# directory helper of sfs_prepared imports this module and starts in milliseconds)
+try:
+    _syncfs = getattr(ctypes.CDLL(None, use_errno=True), "syncfs", None)
+except (OSError, TypeError):  # a platform without a process-wide symbol table
+    _syncfs = None
 SHARED_DIR = "/dev/shm"
 # The start of the latest finished round, twice: a reader that sees two different values
 # caught a writer midway and takes it as "no round known" (a needless sync, never a missed one).
@@ -40,6 +42,14 @@ _STATE = struct.Struct("<QQ")
 def available() -> bool:
     """Whether this platform has syncfs(2) (Linux)."""
     return _syncfs is not None
+
+
+def syncfs(fd: int) -> int:
+    """syncfs(2) of the filesystem holding `fd`: 0, or the errno it failed with (ctypes
+    releases the GIL meanwhile). Only where `available()`."""
+    if _syncfs(fd) != 0:  # type: ignore[misc]
+        return ctypes.get_errno()
+    return 0
 
 
 class SyncGroup:
@@ -119,10 +129,10 @@ class SyncGroup:
             if covered > target:
                 return covered, 0
             started = time.monotonic_ns()
-            rc = _syncfs(self._fd)  # type: ignore[misc]  # ctypes releases the GIL
+            err = syncfs(self._fd)
             self.rounds += 1
-            if rc != 0:
-                return 0, ctypes.get_errno()
+            if err:
+                return 0, err
             if started > covered:
                 _STATE.pack_into(self._state, 0, started, started)
             return started, 0
