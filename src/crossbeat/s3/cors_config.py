@@ -19,11 +19,11 @@ header names case-insensitively.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 from xml.etree import ElementTree as ET
 
 from crossbeat.s3.errors import S3Error
+from crossbeat.s3.objectmeta import is_header_name
 from crossbeat.s3.xmldoc import XmlWriter, parse_xml
 
 MAX_RULES = 100
@@ -43,9 +43,6 @@ _SINGLES = ("ID", "MaxAgeSeconds")
 
 Config = dict[str, Any]
 Rule = dict[str, Any]
-
-
-_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 
 
 def _malformed(message: str | None = None) -> S3Error:
@@ -106,7 +103,7 @@ def _parse_rule(element: ET.Element) -> Rule:
             )
         # echoed in Access-Control-Expose-Headers of every matching answer: a CR/LF there
         # made each of them a 500
-        if not _HEADER_NAME.fullmatch(header):
+        if not is_header_name(header):
             raise _invalid_request(f"ExposeHeader {header!r} is not a header name.")
     return rule
 

@@ -82,14 +82,19 @@ def parse_http_date(value: str) -> datetime | None:
 # character (tab aside) would break the answer (CR/LF: a header of the client's making).
 # The HTTP parser refuses them in a request's headers, but a POST form's fields and names,
 # a GET's response-* overrides and the internal routes' JSON can carry anything.
-_NOT_TOKEN = re.compile(r"[^!#$%&'*+.^_`|~0-9A-Za-z-]")
+_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 _CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+
+
+def is_header_name(name: str) -> bool:
+    """Whether `name` can be an HTTP header's name (an RFC 9110 token)."""
+    return _TOKEN.fullmatch(name) is not None
 
 
 def check_echoable(name: str, value: str) -> None:
     """InvalidArgument unless `name: value` can be sent back as a response header: a token
     for the name, no control character but tab in the value."""
-    if not name or _NOT_TOKEN.search(name):
+    if not is_header_name(name):
         raise S3Error("InvalidArgument", "Header names must be HTTP tokens.",
                       extra={"ArgumentName": name[:64]})  # fmt: skip
     if _CONTROL.search(value):
