@@ -243,10 +243,15 @@ def test_deleting_the_rules_ends_preflights_in_every_worker(gateway: Service, s3
         assert options(f"{gateway.url}/{bucket}/k", APP, "GET").status_code == 200
     s3.delete_bucket_cors(Bucket=bucket)
     deadline = time.monotonic() + 10
-    while any(options(f"{gateway.url}/{bucket}/k", APP, "GET").status_code != 403 for _ in range(8)):
+    while True:
+        answers = [options(f"{gateway.url}/{bucket}/k", APP, "GET") for _ in range(8)]
+        if all(r.status_code == 403 for r in answers):
+            break
         assert time.monotonic() < deadline, "preflights still allowed 10 s after the rules went"
-    assert forbidden(options(f"{gateway.url}/{bucket}/k", APP, "GET"))[2] == (
-        "CORSResponse: CORS is not enabled for this bucket.")
+    # the message of one of those refusals: a ninth preflight may reach a worker that none of
+    # the eight did, whose cache may still hold the rules (the kernel does not deal
+    # connections to workers in turn)
+    assert forbidden(answers[-1])[2] == "CORSResponse: CORS is not enabled for this bucket."
 
 
 # --------------------------------------------------------------------------------------------
