@@ -82,6 +82,11 @@ class Repository(abc.ABC):
     """A named store of immutable objects addressed by objectId."""
 
     name: str
+    # `read` holds the bytes it will return from the moment it returns: a delete after that
+    # cannot cut the stream short (sfs; see `sfs_pins`). A caller that reads several objects
+    # one after the other (the pieces of a multipart object) opens them all first, at the
+    # cost of a file descriptor each. Others open each read when they reach it.
+    pins_reads: bool = False
 
     @abc.abstractmethod
     def writer(self, data_key: str | None = None, *, locked: bool = False) -> ObjectWriter:
@@ -101,6 +106,8 @@ class Repository(abc.ABC):
         answer 404 before starting a response. Only the chunks the range touches are read;
         a chunk failing verification raises `CorruptData` (naming object and chunk) before
         any of its bytes are yielded. `start` outside [0, size] raises `RepositoryError`.
+        Where `pins_reads`, the stream is the object as it was when `read` returned, even if
+        it is deleted before the stream ends.
         """
 
     @abc.abstractmethod

@@ -43,6 +43,11 @@ class ProxyRepository(Repository):
         self._readers: dict[str, int] = {}
         self._readers_changed = threading.Condition()
 
+    @property
+    def pins_reads(self) -> bool:  # type: ignore[override]
+        """A read is the backend's: pinned if every backend pins its reads."""
+        return all(backend.pins_reads for backend in self.backends.values())
+
     def owner(self, data_key: str) -> Repository | None:
         """The backend holding an unlocked manifest for `data_key`, if any."""
         for backend in self._order:

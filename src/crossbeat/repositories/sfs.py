@@ -19,7 +19,8 @@ makes them ahead, at idle CPU priority (`sfs_prepared`).
 
 from __future__ import annotations
 
-import contextlib
+import errno
+import io
 import os
 import secrets
 import shutil
@@ -36,6 +37,7 @@ from crossbeat.repositories.errors import CorruptData, NoSuchData, RepositoryErr
 from crossbeat.repositories.location import Location
 from crossbeat.repositories.object_ids import check_object_id, is_object_id, new_object_id
 from crossbeat.repositories.sfs_manifest import Manifest, ManifestInvalid
+from crossbeat.repositories.sfs_pins import TRASH_PREFIX, Pin, remove_unless_pinned, trash_path
 from crossbeat.repositories.sfs_prepared import PreparedDirs, make_object_dirs, object_dir
 from crossbeat.repositories.syncgroup import SyncGroup
 
@@ -43,7 +45,6 @@ DEFAULT_CHUNK_SIZE = 4 * 1024 * 1024
 CHUNKS_PER_DIR = 100  # the seed: chunk files are grouped in directories of chunkId // 100
 MANIFEST = "manifest.json"
 REPOSITORY_INFO = "repository.json"
-TRASH_PREFIX = ".cleanup-"  # never an objectId: ids cannot contain dots
 
 _WRITE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
 _PREPARED_FLAGS = os.O_WRONLY | os.O_CLOEXEC
@@ -88,20 +89,16 @@ def _read_file(path: str) -> bytes:
     return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
-def _read_exact_or_more(path: str, length: int) -> bytes:
+def _read_exact_or_more(f: io.FileIO, length: int) -> bytes:
     """Read up to `length + 1` bytes: enough to tell a too-long file from a right one."""
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        parts = []
-        wanted = length + 1
-        while wanted > 0:
-            part = os.read(fd, wanted)
-            if not part:
-                break
-            parts.append(part)
-            wanted -= len(part)
-    finally:
-        os.close(fd)
+    parts = []
+    wanted = length + 1
+    while wanted > 0:
+        part = f.read(wanted)
+        if not part:
+            break
+        parts.append(part)
+        wanted -= len(part)
     return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
@@ -148,6 +145,8 @@ class SfsRepository(Repository):
 
     Thread-safe: any number of writers and readers may run at once.
     """
+
+    pins_reads = True
 
     def __init__(
         self,
@@ -273,6 +272,8 @@ class SfsRepository(Repository):
             self._prepared.close()
 
     def read(self, data_key: str, start: int = 0, end: int | None = None) -> Iterator[bytes]:
+        """As `Repository.read`; the bytes are those of the object when `read` returned,
+        even if it is deleted before the stream ends (see `sfs_pins`)."""
         manifest = self._visible_manifest(data_key)
         if end is None or end > manifest.size:
             end = manifest.size
@@ -280,25 +281,59 @@ class SfsRepository(Repository):
             raise RepositoryError(
                 f"invalid range [{start}, {end}) for object {data_key!r} of size {manifest.size}"
             )
-        return self._chunks(manifest, data_key, start, end)
-
-    def _chunks(self, manifest: Manifest, data_key: str, start: int, end: int) -> Iterator[bytes]:
         cs = manifest.chunk_size
-        for index in range(start // cs, -(-end // cs)):
-            data = self.read_chunk(manifest, data_key, index)
-            lo = max(start - index * cs, 0)
-            hi = min(end - index * cs, len(data))
-            yield data if lo == 0 and hi == len(data) else data[lo:hi]
+        first, stop = start // cs, -(-end // cs)
+        if stop - first <= 0:
+            return iter(())
+        if stop - first == 1:
+            f = self._open_chunk(None, data_key, first)
+            return self._one_chunk(f, manifest, data_key, first, start - first * cs, end - first * cs)
+        try:
+            pin = Pin(self.object_dir(data_key))
+        except (FileNotFoundError, NotADirectoryError):
+            raise NoSuchData(self.name, data_key) from None
+        return self._pinned_chunks(pin, manifest, data_key, first, stop, start, end)
 
-    def read_chunk(self, manifest: Manifest, data_key: str, index: int) -> bytes:
-        """Chunk `index`, verified against its length and digest."""
+    def _open_chunk(self, pin: Pin | None, data_key: str, index: int) -> io.FileIO:
+        """Chunk `index`'s file, by path or (pinned) relative to the object directory."""
+        relative = f"chunks/{index // CHUNKS_PER_DIR}/{data_key}-{index}"
+        try:
+            if pin is not None:
+                return pin.open(relative)
+            return io.FileIO(f"{self.object_dir(data_key)}/{relative}", "r")
+        except (FileNotFoundError, NotADirectoryError):
+            if pin is None and self._manifest(data_key) is None:
+                raise NoSuchData(self.name, data_key, "deleted") from None
+            raise CorruptData(self.name, data_key, index, "chunk file is missing") from None
+        except OSError as exc:
+            raise CorruptData(self.name, data_key, index, f"chunk unreadable: {exc}") from exc
+
+    def _one_chunk(
+        self, f: io.FileIO, manifest: Manifest, data_key: str, index: int, lo: int, hi: int
+    ) -> Iterator[bytes]:
+        with f:
+            data = self._verified(f, manifest, data_key, index)
+        yield data if lo == 0 and hi == len(data) else data[lo:hi]
+
+    def _pinned_chunks(
+        self, pin: Pin, manifest: Manifest, data_key: str, first: int, stop: int, start: int, end: int
+    ) -> Iterator[bytes]:
+        cs = manifest.chunk_size
+        try:
+            for index in range(first, stop):
+                with self._open_chunk(pin, data_key, index) as f:
+                    data = self._verified(f, manifest, data_key, index)
+                lo = max(start - index * cs, 0)
+                hi = min(end - index * cs, len(data))
+                yield data if lo == 0 and hi == len(data) else data[lo:hi]
+        finally:
+            pin.release()
+
+    def _verified(self, f: io.FileIO, manifest: Manifest, data_key: str, index: int) -> bytes:
+        """Chunk `index` read from `f`, verified against its length and digest."""
         expected = manifest.chunk_length(index)
         try:
-            data = _read_exact_or_more(self.chunk_path(data_key, index), expected)
-        except FileNotFoundError:
-            if self._manifest(data_key) is None:
-                raise NoSuchData(self.name, data_key, "deleted while being read") from None
-            raise CorruptData(self.name, data_key, index, "chunk file is missing") from None
+            data = _read_exact_or_more(f, expected)
         except OSError as exc:
             raise CorruptData(self.name, data_key, index, f"chunk unreadable: {exc}") from exc
         if len(data) != expected:
@@ -320,12 +355,25 @@ class SfsRepository(Repository):
         return ObjectStat(data_key, manifest.size, manifest.locked, manifest.created)
 
     def delete(self, data_key: str) -> None:
+        """Remove the object: its directory is renamed aside at once (reads that begin from
+        then on find nothing) and removed, or, if a read pins it, left for the last such
+        read to remove (see `sfs_pins`). A crash part-way leaves the renamed directory,
+        which cleanup removes."""
         check_object_id(data_key)
-        # The manifest goes first so that readers see the object vanish at once; a crash
-        # part-way leaves an incomplete object, which cleanup removes.
-        with contextlib.suppress(FileNotFoundError, NotADirectoryError):
-            os.unlink(self.manifest_path(data_key))
-        shutil.rmtree(self.object_dir(data_key), ignore_errors=True)
+        path = self.object_dir(data_key)
+        trash = trash_path(path)
+        try:
+            try:
+                os.rename(path, trash)
+            except OSError as exc:
+                if exc.errno not in (errno.EEXIST, errno.ENOTEMPTY):
+                    raise
+                # an earlier copy under this id, deleted, is still being read
+                trash = f"{trash}.{secrets.token_hex(4)}"
+                os.rename(path, trash)
+        except (FileNotFoundError, NotADirectoryError):
+            return  # nothing there: deleted already, or never written
+        remove_unless_pinned(trash)
 
     def lock(self, data_key: str) -> None:
         self._set_locked(data_key, True)
@@ -391,7 +439,7 @@ class SfsRepository(Repository):
         fails rather than commits into a directory being deleted; if the manifest turns out
         to be there after all, the object is put back.
         """
-        trash = f"{os.path.dirname(path)}/{TRASH_PREFIX}{os.path.basename(path)}"
+        trash = trash_path(path)
         os.rename(path, trash)
         if os.path.exists(f"{trash}/{MANIFEST}"):
             os.rename(trash, path)
@@ -400,12 +448,13 @@ class SfsRepository(Repository):
         return True
 
     def _remove_stale_trash(self) -> None:
-        """Directories renamed aside by a cleanup that crashed before removing them."""
+        """Directories renamed aside by a delete or a cleanup that crashed before removing
+        them, or by a delete whose last pinning read did not: any no read pins any more."""
         for fanout in os.scandir(self._root):
             if len(fanout.name) == 3 and fanout.is_dir():
                 for entry in os.scandir(fanout.path):
                     if entry.name.startswith(TRASH_PREFIX):
-                        shutil.rmtree(entry.path, ignore_errors=True)
+                        remove_unless_pinned(entry.path)
 
     # -- used by SfsWriter ---------------------------------------------------------------
 

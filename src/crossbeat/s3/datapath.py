@@ -228,7 +228,9 @@ async def open_read(
     """An iterator over bytes [start, end) of the object; the first piece is read eagerly.
 
     Raises (before any byte is sent) when the object's data is missing or its first chunk is
-    corrupt; later corruption aborts the stream, so a client never gets wrong bytes.
+    corrupt; later corruption aborts the stream, so a client never gets wrong bytes. Once
+    this returns, deleting the object (an overwrite in an unversioned bucket) does not cut
+    the stream short where its repositories pin reads (see `open_pieces`).
     """
     pieces = _slices(meta.get("location") or [], start, end)
     if not pieces:
@@ -236,18 +238,37 @@ async def open_read(
     if end - start <= gw.settings.small_object_bytes:
         data = await gw.run(_read_all, gw, pieces)
         return _once(data)
-    iterators: list[Callable[[], Iterator[bytes]]] = [
-        partial(gw.repository(loc["location"]).read, loc["dataKey"], lo, hi) for loc, lo, hi in pieces
-    ]
+    iterators = await gw.run(open_pieces, gw, pieces)
     first_iter = await gw.run(iterators[0])
     first = await gw.run(next, first_iter, b"")
     return _stream(gw, first, first_iter, iterators[1:])
 
 
+def open_pieces(
+    gw: Gateway, pieces: list[tuple[dict[str, Any], int, int]]
+) -> list[Callable[[], Iterator[bytes]]]:
+    """Each piece's read, to call in order (worker thread). The reads of repositories that
+    pin them (`Repository.pins_reads`) begin here, all of them, so that a delete from now on
+    cannot take a later piece away; the others begin when called. Raises `NoSuchData` if a
+    piece is already gone."""
+    out: list[Callable[[], Iterator[bytes]]] = []
+    for loc, lo, hi in pieces:
+        repo = gw.repository(loc["location"])
+        if repo.pins_reads:
+            out.append(partial(_opened, repo.read(loc["dataKey"], lo, hi)))
+        else:
+            out.append(partial(repo.read, loc["dataKey"], lo, hi))
+    return out
+
+
+def _opened(stream: Iterator[bytes]) -> Iterator[bytes]:
+    return stream
+
+
 def _read_all(gw: Gateway, pieces: list[tuple[dict[str, Any], int, int]]) -> bytes:
     out = bytearray()
-    for loc, lo, hi in pieces:
-        for chunk in gw.repository(loc["location"]).read(loc["dataKey"], lo, hi):
+    for read in open_pieces(gw, pieces):
+        for chunk in read():
             out += chunk
     return bytes(out)
 
@@ -277,6 +298,16 @@ async def _stream(
             it = await gw.run(queue.pop(0)) if queue else None
             continue
         yield chunk
+
+
+def copy_range_sync(
+    gw: Gateway, meta: dict[str, Any], start: int, end: int, write: Callable[[bytes], object]
+) -> None:
+    """Hand bytes [start, end) of a stored object to `write`, piece by piece (worker thread;
+    every pinned piece is opened before the first byte, as `open_read` does)."""
+    for read in open_pieces(gw, _slices(meta.get("location") or [], start, end)):
+        for chunk in read():
+            write(chunk)
 
 
 def read_range_sync(gw: Gateway, meta: dict[str, Any], start: int, end: int) -> bytes:

@@ -12,6 +12,7 @@ from urllib.parse import quote
 
 from crossbeat.metadata.errors import NoSuchUpload
 from crossbeat.metadata.ids import new_upload_id
+from crossbeat.repositories import Location
 from crossbeat.s3 import checksums, listing, xmldoc
 from crossbeat.s3.auth import Principal
 from crossbeat.s3.datapath import read_document, write_body
@@ -33,6 +34,7 @@ from crossbeat.s3.objects import (
     copy_source,
     new_meta,
     refuse_unsupported_writes,
+    retry_vanished,
     write_precondition,
 )
 
@@ -145,12 +147,17 @@ async def upload_part_copy(gw: Gateway, req: Request, p: Principal, ctx: Any) ->
     refuse_encryption(req.headers)
     number = _part_number(req)
     upload = await _upload(gw, req)
-    src, src_version = await copy_source(gw, req, p)
     await read_document(req, ctx)
-    size = int(src["size"])
-    copy_range = req.headers.get("x-amz-copy-source-range")
-    start, end = parse_copy_source_range(copy_range, size) if copy_range is not None else (0, size)
-    location, md5_hex = await gw.run(copy_data, gw, src, gw.location_for(bucket), start, end)
+
+    async def copied() -> tuple[dict[str, Any], Location, str]:
+        src, _ = await copy_source(gw, req, p)
+        size = int(src["size"])
+        copy_range = req.headers.get("x-amz-copy-source-range")
+        start, end = parse_copy_source_range(copy_range, size) if copy_range is not None else (0, size)
+        location, md5_hex = await gw.run(copy_data, gw, src, gw.location_for(bucket), start, end)
+        return src, location, md5_hex
+
+    src, location, md5_hex = await retry_vanished(copied)
     modified = iso_now()
     part = {
         "partNumber": number,

@@ -5,19 +5,21 @@ DeleteObjects.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable
+from functools import partial
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import unquote
 
 from crossbeat.metadata import Bucket
 from crossbeat.metadata.errors import RevisionMismatch
-from crossbeat.repositories import Location, Repository
+from crossbeat.repositories import Location, NoSuchData, Repository
 from crossbeat.s3 import acl, xmldoc
 from crossbeat.s3.auth import Principal
 from crossbeat.s3.buckets import acl_xml
 from crossbeat.s3.datapath import (
     GroupCommit,
     Written,
+    copy_range_sync,
     open_read,
     read_document,
     read_range_sync,
@@ -56,6 +58,9 @@ from crossbeat.s3.version_check import check_version_id_arg
 if TYPE_CHECKING:
     from crossbeat.s3.gateway import Gateway
 
+T = TypeVar("T")
+# A GET or copy whose data vanished between its lookup and its read looks again, this often
+VANISHED_ATTEMPTS = 3
 RESPONSE_OVERRIDES = {
     "response-content-type": "content-type",
     "response-content-language": "content-language",
@@ -361,6 +366,10 @@ def _prepare_get(
 
 async def get_object(gw: Gateway, req: Request, p: Principal, head: bool) -> Response:
     await gw.bucket(req.bucket, p)
+    return await retry_vanished(partial(_get_object, gw, req, head))
+
+
+async def _get_object(gw: Gateway, req: Request, head: bool) -> Response:
     # Right here on the event loop: a metadata read and, for a small object, two small file
     # reads cost less than a worker thread's hand-offs. Larger bytes are read by a worker.
     status, headers, meta, start, end, data = _prepare_get(
@@ -492,38 +501,54 @@ def copy_data(
     """Copy bytes [start, end) of a stored object into `repo` (worker thread); (location, md5)."""
     md5 = hashlib.md5()
     writer = repo.writer()
+
+    def write(chunk: bytes) -> None:
+        md5.update(chunk)
+        writer.write(chunk)
+
     try:
-        offset = 0
-        for loc in meta.get("location") or []:
-            size = int(loc["size"])
-            lo, hi = max(start, offset), min(end, offset + size)
-            if lo < hi:
-                for chunk in gw.repository(loc["location"]).read(loc["dataKey"], lo - offset, hi - offset):
-                    md5.update(chunk)
-                    writer.write(chunk)
-            offset += size
+        copy_range_sync(gw, meta, start, end, write)
         return writer.commit(), md5.hexdigest()
     except BaseException:
         writer.abort()
         raise
 
 
+async def retry_vanished(attempt: Callable[[], Awaitable[T]]) -> T:
+    """`attempt()`: a lookup, then a read of the data it found. Run again when that data was
+    gone before the read began (`NoSuchData`; nothing was sent or stored yet): the version
+    was overwritten or deleted in between, and a new lookup finds what replaced it. Data
+    missing under a version that stays is still an error, after the last attempt."""
+    for _ in range(VANISHED_ATTEMPTS - 1):
+        try:
+            return await attempt()
+        except NoSuchData:
+            continue
+    return await attempt()
+
+
 async def copy_object(gw: Gateway, req: Request, p: Principal, ctx: Any) -> Response:
     bucket = await gw.bucket(req.bucket, p, fresh=True)
     refuse_unsupported_writes(req.headers)
-    src, src_version = await copy_source(gw, req, p)
     await read_document(req, ctx)
     directive = req.headers.get("x-amz-metadata-directive", "COPY").upper()
     tag_directive = req.headers.get("x-amz-tagging-directive", "COPY").upper()
     if directive not in ("COPY", "REPLACE") or tag_directive not in ("COPY", "REPLACE"):
         raise S3Error("InvalidArgument", "Unknown metadata or tagging directive")
-    same = src["bucket"] == req.bucket and src["key"] == req.key and src_version in (None, src["versionId"])
-    if same and directive == "COPY" and not bucket.versioning and "x-amz-storage-class" not in req.headers:
-        raise S3Error(
-            "InvalidRequest",
-            "This copy request is illegal because it is trying to copy an object to itself without "
-            "changing the object's metadata, storage class, website redirect location or encryption attributes.",
-        )
+
+    async def copied() -> tuple[dict[str, Any], str | None, Location, str]:
+        src, src_version = await copy_source(gw, req, p)
+        same = src["bucket"] == req.bucket and src["key"] == req.key and src_version in (None, src["versionId"])
+        if same and directive == "COPY" and not bucket.versioning and "x-amz-storage-class" not in req.headers:
+            raise S3Error(
+                "InvalidRequest",
+                "This copy request is illegal because it is trying to copy an object to itself without "
+                "changing the object's metadata, storage class, website redirect location or encryption attributes.",
+            )
+        location, md5_hex = await gw.run(copy_data, gw, src, gw.location_for(bucket), 0, int(src["size"]))
+        return src, src_version, location, md5_hex
+
+    src, src_version, location, md5_hex = await retry_vanished(copied)
     if directive == "REPLACE":
         umeta, ctype, sys_h = user_metadata(req.headers), req.headers.get("content-type"), system_headers(req.headers)
     else:
@@ -533,7 +558,6 @@ async def copy_object(gw: Gateway, req: Request, p: Principal, ctx: Any) -> Resp
         if (sc := storage_class_header(req.headers)) is not None:
             sys_h[STORAGE_CLASS_HEADER] = sc
     tags = xmldoc.parse_tagging_header(req.headers.get("x-amz-tagging")) if tag_directive == "REPLACE" else dict(src.get("tags") or {})
-    location, md5_hex = await gw.run(copy_data, gw, src, gw.location_for(bucket), 0, int(src["size"]))
     meta = new_meta(
         bucket, req.key, size=location.size, etag=md5_hex, location=[location.to_json()],
         headers=req.headers, tags=tags, content_type=ctype, user_meta=umeta, sys_headers=sys_h,
