@@ -71,12 +71,10 @@ def update(txn: WriteTxn, name: str, changes: dict[str, Any]) -> Bucket:
 
 
 def delete(txn: WriteTxn, name: str) -> None:
+    """Remove the bucket; BucketNotEmpty while a version or delete marker remains (open
+    uploads are the caller's to remove in the same transaction: `uploads.remove_all`)."""
     bucket = require(txn.conn, name)
-    busy = txn.conn.execute(
-        "SELECT EXISTS (SELECT 1 FROM versions WHERE bucket = ?) "
-        "OR EXISTS (SELECT 1 FROM uploads WHERE bucket = ?)",
-        (name, name),
-    ).fetchone()[0]
+    busy = txn.conn.execute("SELECT EXISTS (SELECT 1 FROM versions WHERE bucket = ?)", (name,)).fetchone()[0]
     if busy:
         raise BucketNotEmpty(name)
     txn.conn.execute("DELETE FROM buckets WHERE name = ?", (name,))

@@ -199,8 +199,12 @@ class SqliteMetadataStore(MetadataStore):
     def update_bucket(self, name: str, **changes: Any) -> Bucket:
         return self._write(lambda txn: buckets.update(txn, name, changes))
 
-    def delete_bucket(self, name: str) -> None:
-        self._write(lambda txn: buckets.delete(txn, name))
+    def delete_bucket(self, name: str) -> list[Meta]:
+        def op(txn: WriteTxn) -> list[Meta]:
+            buckets.delete(txn, name)
+            return uploads.remove_all(txn.conn, name)
+
+        return self._write(op)
 
     # -- object versions ----------------------------------------------------------------------
 

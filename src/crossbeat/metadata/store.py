@@ -84,8 +84,9 @@ class MetadataStore(abc.ABC):
         other fields."""
 
     @abc.abstractmethod
-    def delete_bucket(self, name: str) -> None:
-        """NoSuchBucket; BucketNotEmpty if any version, delete marker or open upload remains."""
+    def delete_bucket(self, name: str) -> list[Meta]:
+        """NoSuchBucket; BucketNotEmpty if any version or delete marker remains. Open multipart
+        uploads go with the bucket, as on S3: returns their parts, whose data the caller frees."""
 
     # -- object versions ----------------------------------------------------------------------
 

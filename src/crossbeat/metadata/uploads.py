@@ -118,6 +118,14 @@ def _remove(conn: sqlite3.Connection, upload_id: str) -> list[Meta]:
     return parts
 
 
+def remove_all(conn: sqlite3.Connection, bucket: str) -> list[Meta]:
+    """Remove every open upload of `bucket`; their parts, whose data the caller frees."""
+    parts: list[Meta] = []
+    for (upload_id,) in conn.execute("SELECT upload_id FROM uploads WHERE bucket = ?", (bucket,)).fetchall():
+        parts += _remove(conn, upload_id)
+    return parts
+
+
 def _location_keys(entries: Any) -> set[tuple[Any, Any]]:
     if not isinstance(entries, list):
         return set()

@@ -115,13 +115,15 @@ async def delete_bucket(gw: Gateway, req: Request, p: Principal) -> Response:
     await gw.bucket(req.bucket, p, fresh=True)
     gw.forget_bucket(req.bucket)
     try:
-        await gw.run(gw.store.delete_bucket, req.bucket)
+        # open multipart uploads go with it, as on S3 (their parts' data is freed below)
+        parts = await gw.run(gw.store.delete_bucket, req.bucket)
     except BucketNotEmpty as exc:
         raise S3Error("BucketNotEmpty", resource=f"/{req.bucket}", extra={"BucketName": req.bucket}) from exc
     except NoSuchBucket as exc:
         raise S3Error("NoSuchBucket", resource=f"/{req.bucket}") from exc
     finally:
         gw.forget_bucket(req.bucket)
+    await gw.free(parts)
     return Response(status=204)
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from crossbeat.metadata import open_store
 from tests.support.gateway import ROOT_AK, running_gateway, s3_client
-from tests.support.procs import Service
+from tests.support.procs import Service, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -209,3 +209,27 @@ def test_a_bucket_deleted_by_another_worker_is_no_such_bucket(tmp_path: Path) ->
             assert code(exc) == "NoSuchBucket"  # it was a 500
         assert "gone" not in [b["Name"] for b in s3.list_buckets()["Buckets"]]
         assert not list(data.rglob("manifest.json"))  # the refused PUT's data is gone too
+
+
+def test_delete_bucket_takes_its_open_uploads_with_it(tmp_path: Path) -> None:
+    """As on S3: uploads begun and never completed do not keep a bucket alive; their parts'
+    data is freed with them."""
+    data = tmp_path / "data"
+    with running_gateway(data) as gw:
+        s3 = s3_client(gw.url)
+        s3.create_bucket(Bucket="unfinished")
+        upload = s3.create_multipart_upload(Bucket="unfinished", Key="k")["UploadId"]
+        s3.upload_part(Bucket="unfinished", Key="k", UploadId=upload, PartNumber=1, Body=b"p" * 6 * 1024 * 1024)
+        s3.create_multipart_upload(Bucket="unfinished", Key="other")
+        manifests = lambda: list((data / "sfs").glob("*/*/manifest.json"))  # noqa: E731
+        assert len(manifests()) == 1
+        assert s3.delete_bucket(Bucket="unfinished")["ResponseMetadata"]["HTTPStatusCode"] == 204
+        with pytest.raises(botocore.exceptions.ClientError) as exc:
+            s3.head_bucket(Bucket="unfinished")
+        assert exc.value.response["ResponseMetadata"]["HTTPStatusCode"] == 404
+        wait_until(lambda: manifests() == [], timeout=30, what="the part's data freed")
+        with pytest.raises(botocore.exceptions.ClientError) as exc:
+            s3.upload_part(Bucket="unfinished", Key="k", UploadId=upload, PartNumber=2, Body=b"late")
+        assert code(exc) == "NoSuchBucket"
+        s3.create_bucket(Bucket="unfinished")  # a new bucket of that name starts empty
+        assert s3.list_multipart_uploads(Bucket="unfinished").get("Uploads", []) == []

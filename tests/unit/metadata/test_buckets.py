@@ -64,19 +64,26 @@ def test_a_lifecycle_configuration_is_stored_and_journaled_like_the_others(store
     assert Bucket.from_dict({"name": "old", "owner": "o", "location": "l", "created": "c"}).lifecycle is None
 
 
-def test_bucket_not_empty_while_versions_or_uploads_remain(store: SqliteMetadataStore) -> None:
+def test_bucket_not_empty_while_versions_remain_and_uploads_go_with_it(store: SqliteMetadataStore) -> None:
     store.create_bucket(make("b"))
+    store.create_bucket(make("other"))
     v = version("b", "k", isDeleteMarker=True)
     store.put_version(v)
-    with pytest.raises(BucketNotEmpty):
-        store.delete_bucket("b")
-    store.delete_version("b", "k", v["versionId"])
     store.create_upload({"uploadId": "u1", "bucket": "b", "key": "k", "initiated": "t", "meta": {}})
+    store.put_part("u1", {"partNumber": 1, "etag": "e", "size": 1, "location": [{"location": "l", "dataKey": "d1", "size": 1}]})
+    store.create_upload({"uploadId": "u2", "bucket": "other", "key": "k", "initiated": "t", "meta": {}})
     with pytest.raises(BucketNotEmpty):
         store.delete_bucket("b")
-    store.abort_upload("u1")
+    assert [u["uploadId"] for u in store.list_uploads("b")] == ["u1"]  # nothing changed
+    store.delete_version("b", "k", v["versionId"])
+    parts = store.delete_bucket("b")  # as on S3: the open upload goes with the bucket
+    assert [p["location"][0]["dataKey"] for p in parts] == ["d1"]  # for the caller to free
+    assert [b.name for b in store.list_buckets()] == ["other"]
+    assert [u["uploadId"] for u in store.list_uploads("other")] == ["u2"]
+    store.create_bucket(make("b"))
+    assert store.list_uploads("b") == []
     store.delete_bucket("b")
-    assert store.list_buckets() == []
+    assert [b.name for b in store.list_buckets()] == ["other"]
 
 
 def test_a_cors_configuration_is_stored_and_journaled_like_the_others(store: SqliteMetadataStore) -> None:
