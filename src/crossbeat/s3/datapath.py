@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 from crossbeat.repositories import Location, ObjectWriter, Repository
 from crossbeat.s3.auth import AuthContext
 from crossbeat.s3.body import BodyDecoder, Checksums
+from crossbeat.s3.checksums import NON_VALUE_HEADERS
 from crossbeat.s3.errors import S3Error
 from crossbeat.s3.http import Request
 from crossbeat.s3.put_batcher import BuildMeta
@@ -326,9 +327,21 @@ def run_sync(fn: Callable[..., T], *args: Any) -> T:
     return fn(*args)
 
 
-async def read_document(req: Request, ctx: AuthContext, limit: int = 4 * 1024 * 1024) -> bytes:
-    """A small request document (XML, JSON), decoded and verified like any body."""
-    decoder = BodyDecoder(ctx, req.headers)
+async def read_document(
+    req: Request, ctx: AuthContext, limit: int = 4 * 1024 * 1024, *, object_checksum: bool = False
+) -> bytes:
+    """A small request document (XML, JSON), decoded and verified like any body.
+
+    `object_checksum`: the request's `x-amz-checksum-<algorithm>` header is the checksum of
+    the object the request makes (CompleteMultipartUpload), not of the document: the
+    caller checks it, the document is not checked against it."""
+    headers = req.headers
+    if object_checksum:
+        headers = {
+            name: value for name, value in req.headers.items()
+            if not name.startswith("x-amz-checksum-") or name in NON_VALUE_HEADERS
+        }
+    decoder = BodyDecoder(ctx, headers)
     parts: list[bytes] = []
     total = 0
     async for raw in req.body_chunks():

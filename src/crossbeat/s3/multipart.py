@@ -7,9 +7,11 @@ Completing concatenates the parts' data locations into the new version's `locati
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
+from crossbeat.metadata import Bucket
 from crossbeat.metadata.errors import NoSuchUpload
 from crossbeat.metadata.ids import new_upload_id
 from crossbeat.repositories import Location
@@ -188,11 +190,14 @@ async def _all_parts(gw: Gateway, upload_id: str) -> dict[int, dict[str, Any]]:
 
 async def complete_upload(gw: Gateway, req: Request, p: Principal, ctx: Any) -> Response:
     bucket = await gw.bucket(req.bucket, p, fresh=True)
-    upload = await _upload(gw, req)
-    requested = xmldoc.parse_complete_upload(await read_document(req, ctx))
+    upload_id = req.query["uploadId"]
+    requested = xmldoc.parse_complete_upload(await read_document(req, ctx, object_checksum=True))
     if not requested:
         raise S3Error("MalformedXML", "You must specify at least one part")
-    stored = await _all_parts(gw, upload["uploadId"])
+    upload = await gw.run(gw.store.get_upload, req.bucket, req.key, upload_id)
+    if upload is None:
+        return await _completed_already(gw, req, bucket, upload_id, requested)
+    stored = await _all_parts(gw, upload_id)
     chosen: list[dict[str, Any]] = []
     last = 0
     for item in requested:
@@ -206,16 +211,15 @@ async def complete_upload(gw: Gateway, req: Request, p: Principal, ctx: Any) -> 
     for part in chosen[:-1]:
         if int(part["size"]) < gw.settings.min_part_bytes:
             raise S3Error("EntityTooSmall", extra={"PartNumber": str(part["partNumber"])})
-    digest = hashlib.md5(b"".join(bytes.fromhex(p_["etag"]) for p_ in chosen)).hexdigest()
-    etag = f"{digest}-{len(chosen)}"
     um = upload["meta"]
     meta = new_meta(
-        bucket, req.key, size=sum(int(c["size"]) for c in chosen), etag=etag,
+        bucket, req.key, size=sum(int(c["size"]) for c in chosen), etag=_multipart_etag(c["etag"] for c in chosen),
         location=[loc for c in chosen for loc in c["location"]], headers=req.headers,
         tags=um.get("tags") or {}, content_type=um.get("contentType"),
         user_meta=um.get("userMetadata") or {}, sys_headers=um.get("systemHeaders") or {},
     )
     meta["parts"] = [int(c["size"]) for c in chosen]
+    meta["uploadId"] = upload_id  # a repeated Complete finds what this one made
     algorithm = um.get("checksumAlgorithm")
     if algorithm and all(c.get("checksums", {}).get(algorithm) for c in chosen):
         for item, part in zip(requested, chosen, strict=True):
@@ -229,15 +233,78 @@ async def complete_upload(gw: Gateway, req: Request, p: Principal, ctx: Any) -> 
         )
         meta["checksum"] = {"algorithm": algorithm, "value": value, "type": combined_type}
         meta["partChecksums"] = [c["checksums"][algorithm] for c in chosen]  # GetObjectAttributes
+    _check_object_checksum(req.headers, meta.get("checksum"))
     try:
         displaced, unused = await gw.run(
-            gw.store.complete_upload, upload["uploadId"], meta, precondition=write_precondition(req.headers)
+            gw.store.complete_upload, upload_id, meta, precondition=write_precondition(req.headers)
         )
-    except NoSuchUpload as exc:
-        raise S3Error("NoSuchUpload", extra={"UploadId": upload["uploadId"]}) from exc
+    except NoSuchUpload:
+        # completed (or aborted) by a request that overtook this one
+        return await _completed_already(gw, req, bucket, upload_id, requested)
     await gw.free(displaced + unused)
+    return _completed(gw, req, bucket, meta)
+
+
+def _multipart_etag(part_etags: Iterable[str]) -> str:
+    """S3's ETag of a multipart object: the MD5 of its parts' MD5s, then `-{parts}`."""
+    digests = [bytes.fromhex(etag.strip('"')) for etag in part_etags]
+    return f"{hashlib.md5(b''.join(digests)).hexdigest()}-{len(digests)}"
+
+
+def _check_object_checksum(headers: dict[str, str], checksum: dict[str, str] | None) -> None:
+    """CompleteMultipartUpload's `x-amz-checksum-<algorithm>` header: the checksum the
+    client expects of the whole object (full-object, or for a composite one the checksum of
+    the parts' checksums, with or without its `-{parts}`). BadDigest if it differs."""
+    sent = [(n, v) for n, v in headers.items() if n.startswith("x-amz-checksum-") and n not in checksums.NON_VALUE_HEADERS]
+    if not sent:
+        return
+    if len(sent) > 1:
+        raise S3Error("InvalidRequest", "Expecting a single x-amz-checksum- header. Multiple checksum Types are not allowed.")
+    name, value = sent[0]
+    algorithm = checksums.normalize_algorithm(name[len("x-amz-checksum-"):])
+    if checksum is None or checksum["algorithm"] != algorithm:
+        raise S3Error(
+            "InvalidRequest",
+            f"The upload was not created with the {algorithm} checksum algorithm (or a part lacks "
+            f"its {algorithm} checksum), so {name} cannot be checked.",
+        )
+    stored = checksum["value"]
+    if value.strip() not in (stored, stored.split("-", 1)[0]):
+        raise S3Error("BadDigest", f"The {algorithm.lower()} you specified did not match the calculated checksum.")
+
+
+async def _completed_already(
+    gw: Gateway, req: Request, bucket: Bucket, upload_id: str, requested: list[xmldoc.CompletedPart]
+) -> Response:
+    """A Complete of an upload that is no more: if it was completed into a version of this
+    key with the parts asked for now, answer as that Complete did (S3 does: a client may
+    retry a Complete whose answer it lost); else NoSuchUpload."""
+    try:
+        etag = _multipart_etag(item.etag for item in requested)
+    except ValueError:
+        etag = None
+    made = await gw.run(_version_from_upload, gw, req.bucket, req.key, upload_id)
+    if etag is None or made is None or made["etag"] != etag:
+        raise S3Error("NoSuchUpload", extra={"UploadId": upload_id})
+    return _completed(gw, req, bucket, made)
+
+
+def _version_from_upload(gw: Gateway, bucket: str, key: str, upload_id: str) -> dict[str, Any] | None:
+    """The version of `key` that Complete made of upload `upload_id`, if it still exists
+    (the latest looked at first; then up to 1,000 versions of the key)."""
+    latest = gw.store.get_version(bucket, key)
+    if latest is not None and latest.get("uploadId") == upload_id:
+        return latest
+    for meta in gw.store.list_versions(bucket, prefix=key, limit=1000):
+        if meta["key"] == key and meta.get("uploadId") == upload_id:
+            return meta
+    return None
+
+
+def _completed(gw: Gateway, req: Request, bucket: Bucket, meta: dict[str, Any]) -> Response:
+    """CompleteMultipartUpload's answer for the version `meta` it made."""
     headers = {}
-    if bucket.versioning:
+    if meta["versionId"] != "null":  # none for the null version, as PutObject
         headers["x-amz-version-id"] = meta["versionId"]
     add_expiration(gw, bucket.name, meta, headers)
     # absolute, as AWS answers: the object's URL at the address the client used
@@ -246,11 +313,11 @@ async def complete_upload(gw: Gateway, req: Request, p: Principal, ctx: Any) -> 
         location_url = f"{req.scope.get('scheme') or 'http'}://{host}{location_url}"
     cs: dict[str, str] = {}
     kind: str | None = None
-    if meta.get("checksum") and algorithm:
-        cs = {algorithm.lower(): meta["checksum"]["value"]}
-        kind = meta["checksum"]["type"]
+    if checksum := meta.get("checksum"):
+        cs = {checksum["algorithm"].lower(): checksum["value"]}
+        kind = checksum["type"]
     return xml_response(
-        xmldoc.complete_upload_xml(location_url, req.bucket, req.key, etag, cs, kind), headers=headers
+        xmldoc.complete_upload_xml(location_url, req.bucket, req.key, meta["etag"], cs, kind), headers=headers
     )
 
 

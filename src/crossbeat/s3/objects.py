@@ -202,9 +202,12 @@ async def commit_version(
     await gw.free(displaced)
 
 
-def _write_headers(bucket: Bucket, meta: dict[str, Any]) -> dict[str, str]:
+def _write_headers(bucket: Bucket, meta: dict[str, Any], *, null_version: bool = False) -> dict[str, str]:
+    """ETag and the new version's id. A null version (unversioned or suspended bucket) has
+    no x-amz-version-id, as on S3, except where `null_version` (CopyObject, whose answer
+    names it on a bucket that has had versioning)."""
     h = {"etag": quoted(meta["etag"])}
-    if bucket.versioning or meta["versionId"] != "null":
+    if meta["versionId"] != "null" or (null_version and bucket.versioning):
         h["x-amz-version-id"] = meta["versionId"]
     return h
 
@@ -260,8 +263,8 @@ def version_committer(
 
 
 def write_headers(bucket: Bucket, meta: dict[str, Any], written: Written) -> dict[str, str]:
-    """The headers answering a new object's write: ETag, the version id on a bucket that has
-    (had) versioning, the checksum computed or verified."""
+    """The headers answering a new object's write: ETag, the version id unless it is the null
+    version, the checksum computed or verified."""
     headers = _write_headers(bucket, meta)
     headers.update(written.checksums.headers())
     return headers
@@ -565,7 +568,7 @@ async def copy_object(gw: Gateway, req: Request, p: Principal, ctx: Any) -> Resp
     if src.get("checksum") and src["checksum"].get("type") == "FULL_OBJECT":
         meta["checksum"] = dict(src["checksum"])
     await commit_version(gw, meta, [location], write_precondition(req.headers))
-    headers = _write_headers(bucket, meta)
+    headers = _write_headers(bucket, meta, null_version=True)
     if src_version is not None or src.get("versionId") != "null":
         headers["x-amz-copy-source-version-id"] = src["versionId"]
     add_expiration(gw, bucket.name, meta, headers)

@@ -161,3 +161,91 @@ def test_uploads_and_parts_name_their_initiator(alice: Any, bucket: str) -> None
     assert (listed["Initiator"], listed["Owner"]) == (alice_id, alice_id)
     parts = alice.list_parts(Bucket=name, Key="k", UploadId=uid)
     assert (parts["Initiator"], parts["Owner"]) == (alice_id, alice_id)
+
+
+def _three_parts(s3: Any, bucket: str, key: str, **create: Any) -> tuple[str, list[dict[str, Any]], bytes]:
+    uid = s3.create_multipart_upload(Bucket=bucket, Key=key, **create)["UploadId"]
+    bodies = [bytes([65 + n]) * (5 * MiB) for n in range(3)]
+    extra = {"ChecksumAlgorithm": create["ChecksumAlgorithm"]} if "ChecksumAlgorithm" in create else {}
+    parts = []
+    for n, body in enumerate(bodies, 1):
+        r = s3.upload_part(Bucket=bucket, Key=key, UploadId=uid, PartNumber=n, Body=body, **extra)
+        parts.append({"PartNumber": n, "ETag": r["ETag"], **{k: v for k, v in r.items() if k.startswith("Checksum") and k != "ChecksumType"}})
+    return uid, parts, b"".join(bodies)
+
+
+@pytest.mark.parametrize("versioning", [None, "Enabled", "Suspended"])
+def test_a_repeated_complete_answers_as_the_first(s3: Any, bucket: str, versioning: str | None) -> None:
+    """As S3: a client that lost Complete's answer and sends it again gets the same answer,
+    not NoSuchUpload (the object was made); another upload id, or other parts, still do."""
+    if versioning:
+        s3.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": versioning})
+    uid, parts, data = _three_parts(s3, bucket, "k")
+    first = s3.complete_multipart_upload(Bucket=bucket, Key="k", UploadId=uid, MultipartUpload={"Parts": parts})
+    if versioning == "Enabled":
+        s3.put_object(Bucket=bucket, Key="k", Body=b"newer")  # the upload's version is no longer the latest
+    again = s3.complete_multipart_upload(Bucket=bucket, Key="k", UploadId=uid, MultipartUpload={"Parts": parts})
+    for field in ("ETag", "Location", "Bucket", "Key"):
+        assert again[field] == first[field]
+    assert again.get("VersionId") == first.get("VersionId")
+    if versioning == "Enabled":
+        assert first["VersionId"] != "null"
+    else:
+        assert "VersionId" not in first  # the null version: no x-amz-version-id, as PutObject
+    versions = s3.list_object_versions(Bucket=bucket, Prefix="k").get("Versions", [])
+    assert len(versions) == (2 if versioning == "Enabled" else 1)  # nothing made twice
+    with pytest.raises(botocore.exceptions.ClientError) as exc:
+        s3.complete_multipart_upload(Bucket=bucket, Key="k", UploadId=uid, MultipartUpload={"Parts": parts[:2]})
+    assert exc.value.response["Error"]["Code"] == "NoSuchUpload"
+    with pytest.raises(botocore.exceptions.ClientError) as exc:
+        s3.complete_multipart_upload(Bucket=bucket, Key="k", UploadId=uid + "x", MultipartUpload={"Parts": parts})
+    assert exc.value.response["Error"]["Code"] == "NoSuchUpload"
+
+
+@pytest.mark.parametrize(
+    ("algorithm", "kind"),
+    [("CRC32", "FULL_OBJECT"), ("CRC32C", "FULL_OBJECT"), ("CRC64NVME", "FULL_OBJECT"), ("SHA256", "COMPOSITE"), ("SHA1", "COMPOSITE")],
+)
+def test_complete_checks_the_object_checksum_it_is_sent(s3: Any, bucket: str, algorithm: str, kind: str) -> None:
+    """CompleteMultipartUpload's x-amz-checksum-* header is the whole object's expected
+    checksum (a composite one with or without its -N); a wrong one is BadDigest and makes
+    nothing."""
+    uid, parts, data = _three_parts(s3, bucket, "k", ChecksumAlgorithm=algorithm, ChecksumType=kind)
+    param = f"Checksum{algorithm}"
+    expected = _expected_object_checksum(algorithm, kind, data, parts)
+    wrong = expected[:-4] + ("AAA=" if not expected[:-4].endswith("AAA=") else "BBB=")
+    with pytest.raises(botocore.exceptions.ClientError) as exc:
+        s3.complete_multipart_upload(Bucket=bucket, Key="k", UploadId=uid, MultipartUpload={"Parts": parts}, **{param: wrong})
+    assert exc.value.response["Error"]["Code"] == "BadDigest"
+    with pytest.raises(botocore.exceptions.ClientError):
+        s3.head_object(Bucket=bucket, Key="k")
+    done = s3.complete_multipart_upload(Bucket=bucket, Key="k", UploadId=uid, MultipartUpload={"Parts": parts}, **{param: expected})
+    assert done[param] == expected
+    assert s3.get_object(Bucket=bucket, Key="k")["Body"].read() == data
+
+
+def _expected_object_checksum(algorithm: str, kind: str, data: bytes, parts: list[dict[str, Any]]) -> str:
+    import base64
+    import zlib
+
+    from awscrt import checksums as crt
+
+    if kind == "COMPOSITE":
+        digests = b"".join(base64.b64decode(p[f"Checksum{algorithm}"]) for p in parts)
+        h = hashlib.new(algorithm.lower(), digests).digest()
+        return f"{base64.b64encode(h).decode()}-{len(parts)}"
+    if algorithm == "CRC32":
+        value, size = zlib.crc32(data), 4
+    elif algorithm == "CRC32C":
+        value, size = crt.crc32c(data), 4
+    else:
+        value, size = crt.crc64nvme(data), 8
+    return base64.b64encode(value.to_bytes(size, "big")).decode()
+
+
+def test_complete_refuses_a_checksum_the_upload_does_not_have(s3: Any, bucket: str) -> None:
+    uid, parts, _ = _three_parts(s3, bucket, "k")
+    with pytest.raises(botocore.exceptions.ClientError) as exc:
+        s3.complete_multipart_upload(Bucket=bucket, Key="k", UploadId=uid, MultipartUpload={"Parts": parts}, ChecksumSHA256="x" * 43 + "=")
+    assert exc.value.response["Error"]["Code"] == "InvalidRequest"
+    s3.complete_multipart_upload(Bucket=bucket, Key="k", UploadId=uid, MultipartUpload={"Parts": parts})
