@@ -307,13 +307,16 @@ def _v4_query(
         raise S3Error(
             "AuthorizationQueryParametersError", "Credential date does not match X-Amz-Date."
         )
+    if expires_text[:1] == "-" and expires_text[1:].isascii() and expires_text[1:].isdigit():
+        raise S3Error("AuthorizationQueryParametersError", "X-Amz-Expires must be non-negative")
     if not (expires_text.isascii() and expires_text.isdigit()):
         raise S3Error("AuthorizationQueryParametersError", "X-Amz-Expires should be a number")
     expires = int(expires_text)
     if expires > MAX_PRESIGNED_EXPIRES:
         raise S3Error(
             "AuthorizationQueryParametersError",
-            "X-Amz-Expires must be less than a week (in seconds) that is 604800",
+            "X-Amz-Expires must be less than a week (in seconds); that is, the given X-Amz-Expires "
+            "must be less than 604800 seconds",
         )
     # the client's order is kept: it is the order it signed in (normally sorted)
     signed_headers = signed.lower().split(";")

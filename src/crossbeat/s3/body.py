@@ -64,14 +64,6 @@ class Checksums:
         return {header_name(self.algorithm): self.value_b64}
 
 
-def stored_content_encoding(value: str | None) -> str | None:
-    """The Content-Encoding to store: `gzip,aws-chunked` → `gzip`; `aws-chunked` → None."""
-    if value is None:
-        return None
-    kept = [t.strip() for t in value.split(",") if t.strip() and t.strip().lower() != "aws-chunked"]
-    return ",".join(kept) or None
-
-
 # hashlib releases the GIL for updates of at least this many bytes (HASHLIB_GIL_MINSIZE)
 _GIL_FREE_UPDATE = 2048
 # bodies up to this size are hashed in pieces that keep the GIL (see BodyDecoder._consume)

@@ -140,7 +140,8 @@ def parse_copy_source_range(value: str, size: int) -> tuple[int, int]:
                       "first and last bytes to copy")
     start, stop = int(first), int(last) + 1
     if start >= stop or stop > size:
-        raise S3Error("InvalidArgument", f"Range specified is not valid for source object of size: {size}")
+        raise S3Error("InvalidArgument", f"Range specified is not valid for source object of size: {size}",
+                      extra={"ArgumentName": "x-amz-copy-source-range", "ArgumentValue": value})
     return start, stop
 
 

@@ -193,15 +193,21 @@ def system_headers(headers: dict[str, str]) -> dict[str, str]:
     sc = storage_class_header(headers)
     if sc is not None:
         out[STORAGE_CLASS_HEADER] = sc
-    encoding = out.get("content-encoding")
-    if encoding:
-        # aws-chunked is transfer framing, not a property of the object
-        kept = [e.strip() for e in encoding.split(",") if e.strip() and e.strip() != "aws-chunked"]
-        if kept:
-            out["content-encoding"] = ",".join(kept)
-        else:
-            del out["content-encoding"]
+    if "content-encoding" in out:
+        encoding = stored_content_encoding(out.pop("content-encoding"))
+        if encoding:
+            out["content-encoding"] = encoding
     return out
+
+
+def stored_content_encoding(value: str | None) -> str | None:
+    """The Content-Encoding an object keeps: aws-chunked is transfer framing, not a property
+    of the object, so it goes (`gzip,aws-chunked` -> `gzip`; `aws-chunked` -> None); the
+    rest stays as sent (`deflate, gzip` keeps its space, as S3 keeps it)."""
+    if value is None:
+        return None
+    kept = ",".join(e for e in value.split(",") if e.strip().lower() != "aws-chunked").strip(", \t")
+    return kept or None
 
 
 def quoted(etag: str) -> str:

@@ -26,7 +26,7 @@ from urllib.parse import parse_qsl, quote
 from xml.etree import ElementTree as ET
 
 from crossbeat.s3.errors import S3Error
-from crossbeat.s3.objectmeta import storage_class
+from crossbeat.s3.objectmeta import parse_http_date, storage_class
 
 NS = "http://s3.amazonaws.com/doc/2006-03-01/"
 XML_DECL = '<?xml version="1.0" encoding="UTF-8"?>\n'
@@ -558,6 +558,13 @@ class DeleteError:
     version_id: str | None = None
 
 
+def _timestamp(text: str) -> dt.datetime:
+    """A timestamp in a request document: the HTTP date the SDKs write there (botocore does,
+    for DeleteObjects' LastModifiedTime), or ISO 8601. ValueError if neither."""
+    moment = parse_http_date(text)
+    return moment if moment is not None else _utc(dt.datetime.fromisoformat(text))
+
+
 def parse_delete_objects(body: bytes | str) -> tuple[bool, list[DeleteTarget]]:
     """(quiet, targets) of a Delete body.
 
@@ -585,11 +592,11 @@ def parse_delete_objects(body: bytes | str) -> tuple[bool, list[DeleteTarget]]:
             objects.append(DeleteTarget(
                 key, version_id, etag,
                 int(size) if size is not None else None,
-                _utc(dt.datetime.fromisoformat(modified)) if modified is not None else None,
+                _timestamp(modified) if modified is not None else None,
             ))
         except ValueError:
             raise S3Error("MalformedXML", f"Object {key!r}: Size must be an integer and "
-                          "LastModifiedTime an ISO 8601 timestamp.") from None
+                          "LastModifiedTime an HTTP date or an ISO 8601 timestamp.") from None
         if len(objects) > MAX_DELETE_OBJECTS:
             raise S3Error("MalformedXML", "A Delete request may name at most 1000 objects.")
     if not objects:
@@ -664,11 +671,12 @@ def parse_tagging(body: bytes | str, *, max_tags: int = MAX_OBJECT_TAGS) -> dict
 
 def parse_tagging_header(value: str | None, *, max_tags: int = MAX_OBJECT_TAGS) -> dict[str, str]:
     """The `x-amz-tagging` header (a URL query string `k1=v1&k2=v2`), validated as above;
-    no header or an empty one is no tags."""
+    no header or an empty one is no tags. A name without `=` is a tag with an empty value,
+    as S3 takes it (`a=1&b`: b is ""); percent-escapes must decode as UTF-8."""
     if not value:
         return {}
     try:
-        pairs = parse_qsl(value, keep_blank_values=True, strict_parsing=bool(value))
+        pairs = parse_qsl(value, keep_blank_values=True, errors="strict")
     except ValueError as exc:
         raise S3Error(
             "InvalidArgument",

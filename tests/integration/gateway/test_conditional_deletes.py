@@ -88,6 +88,19 @@ def test_delete_objects_checks_each_entrys_conditions(s3: Any, bucket: str) -> N
     assert sorted(o["Key"] for o in s3.list_objects_v2(Bucket=bucket)["Contents"]) == ["b", "d"]
 
 
+def test_delete_objects_last_modified_time_as_botocore_writes_it(s3: Any, bucket: str) -> None:
+    """botocore writes an entry's LastModifiedTime as an HTTP date (its timestampFormat)."""
+    for k in "ab":
+        s3.put_object(Bucket=bucket, Key=k, Body=b"x")
+    modified = s3.head_object(Bucket=bucket, Key="a")["LastModified"]
+    r = s3.delete_objects(Bucket=bucket, Delete={"Objects": [
+        {"Key": "a", "LastModifiedTime": modified},
+        {"Key": "b", "LastModifiedTime": modified - timedelta(days=1)},
+    ]})
+    assert [d["Key"] for d in r["Deleted"]] == ["a"]
+    assert [(e["Key"], e["Code"]) for e in r["Errors"]] == [("b", "PreconditionFailed")]
+
+
 def test_a_malformed_delete_condition_is_refused(s3: Any, bucket: str, gateway: Any) -> None:
     import httpx
     from botocore.auth import SigV4Auth

@@ -236,6 +236,28 @@ def test_presigned_v4_expires_limit() -> None:
     assert code(w) == "AuthorizationQueryParametersError"
 
 
+@pytest.mark.parametrize(
+    ("expires", "message"),
+    [
+        (b"604801", "X-Amz-Expires must be less than a week (in seconds); that is, the given X-Amz-Expires must be less than 604800 seconds"),
+        (b"-1000", "X-Amz-Expires must be non-negative"),
+        (b"ten", "X-Amz-Expires should be a number"),
+    ],
+)
+def test_presigned_v4_expires_messages_are_awss(expires: bytes, message: str) -> None:
+    w = Wire(
+        "GET",
+        b"/bucket/k",
+        b"X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential=AKIDEXAMPLE%2F20261122%2Fus-east-1%2Fs3%2Faws4_request"
+        b"&X-Amz-Date=20261122T014018Z&X-Amz-Expires=" + expires + b"&X-Amz-SignedHeaders=host&X-Amz-Signature=00",
+        [(b"host", b"h")],
+        b"",
+    )
+    with pytest.raises(S3Error) as e:
+        check(w)
+    assert (e.value.code, e.value.message) == ("AuthorizationQueryParametersError", message)
+
+
 @pytest.mark.usefixtures("fixed_time")
 def test_presigned_v2_default_boto3() -> None:
     # boto3's default presigned URL in us-east-1 is SigV2

@@ -19,8 +19,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from crossbeat.s3.auth import AuthContext, Principal, authenticate
-from crossbeat.s3.body import BodyDecoder, stored_content_encoding
+from crossbeat.s3.body import BodyDecoder
 from crossbeat.s3.errors import S3Error
+from crossbeat.s3.objectmeta import stored_content_encoding
 
 EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
 
@@ -303,6 +304,10 @@ def test_decoded_length_mismatch_is_incomplete_body() -> None:
 def test_gzip_aws_chunked_stores_gzip() -> None:
     assert stored_content_encoding("gzip,aws-chunked") == "gzip"
     assert stored_content_encoding("aws-chunked") is None
+    # the rest stays as sent: botocore appends ",aws-chunked" to the caller's value
+    assert stored_content_encoding("deflate, gzip,aws-chunked") == "deflate, gzip"
+    assert stored_content_encoding("aws-chunked, br") == "br"
+    assert stored_content_encoding("gzip") == "gzip"
     assert stored_content_encoding(None) is None
     assert stored_content_encoding("gzip") == "gzip"
 

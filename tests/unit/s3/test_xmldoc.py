@@ -396,6 +396,10 @@ def test_tagging_header() -> None:
     assert xmldoc.parse_tagging_header("a=1&b%20c=x%2By") == {"a": "1", "b c": "x+y"}
     assert xmldoc.parse_tagging_header("") == {}
     assert code_of(xmldoc.parse_tagging_header, "a=1&a=2") == "InvalidTag"
+    # a name alone is a tag with an empty value, as S3 takes it
+    assert xmldoc.parse_tagging_header("foo=bar&bar") == {"foo": "bar", "bar": ""}
+    assert code_of(xmldoc.parse_tagging_header, "=v") == "InvalidTag"
+    assert code_of(xmldoc.parse_tagging_header, "a=%ff") == "InvalidArgument"
 
 
 # -- text helpers ----------------------------------------------------------------------------
@@ -432,5 +436,7 @@ def test_parse_delete_objects_conditions() -> None:
     target = xmldoc.parse_delete_objects(body)[1][0]
     assert (target.etag, target.size) == ('"e1"', 10)
     assert target.last_modified == dt.datetime(2026, 11, 25, 10, tzinfo=dt.UTC)
+    http_date = b"<Delete><Object><Key>a</Key><LastModifiedTime>Wed, 25 Nov 2026 10:00:00 GMT</LastModifiedTime></Object></Delete>"
+    assert xmldoc.parse_delete_objects(http_date)[1][0].last_modified == dt.datetime(2026, 11, 25, 10, tzinfo=dt.UTC)
     bad = b"<Delete><Object><Key>a</Key><Size>ten</Size></Object></Delete>"
     assert code_of(xmldoc.parse_delete_objects, bad) == "MalformedXML"
