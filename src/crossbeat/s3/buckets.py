@@ -82,6 +82,10 @@ async def list_buckets(gw: Gateway, req: Request, p: Principal) -> Response:
     ))
 
 
+# the region where S3 answers a CreateBucket of a bucket one already owns with 200 OK
+LEGACY_REGION = "us-east-1"
+
+
 async def create_bucket(gw: Gateway, req: Request, p: Principal, ctx: Any) -> Response:
     validate_bucket_name(req.bucket)
     body = await read_document(req, ctx)
@@ -101,6 +105,9 @@ async def create_bucket(gw: Gateway, req: Request, p: Principal, ctx: Any) -> Re
     except BucketExists as exc:
         existing = exc.existing
         if existing is not None and existing.owner == p.access_key:
+            if gw.settings.region == LEGACY_REGION and existing.location == location:
+                # AWS in us-east-1, "for legacy compatibility": 200 OK, the bucket untouched
+                return Response(headers={"location": f"/{req.bucket}"})
             raise S3Error("BucketAlreadyOwnedByYou", resource=f"/{req.bucket}") from exc
         raise S3Error("BucketAlreadyExists", resource=f"/{req.bucket}") from exc
     return Response(headers={"location": f"/{req.bucket}"})

@@ -22,10 +22,11 @@ def test_create_list_head_delete(s3: Any) -> None:
     s3.create_bucket(Bucket="life-cycle")
     assert "life-cycle" in [b["Name"] for b in s3.list_buckets()["Buckets"]]
     s3.head_bucket(Bucket="life-cycle")
-    with pytest.raises(botocore.exceptions.ClientError) as exc:
-        s3.create_bucket(Bucket="life-cycle")
-    assert code(exc) == "BucketAlreadyOwnedByYou"
     s3.put_object(Bucket="life-cycle", Key="k", Body=b"x")
+    # us-east-1, as AWS there ("for legacy compatibility"): one's own bucket again is 200 OK,
+    # and changes nothing
+    assert s3.create_bucket(Bucket="life-cycle")["ResponseMetadata"]["HTTPStatusCode"] == 200
+    assert [o["Key"] for o in s3.list_objects_v2(Bucket="life-cycle")["Contents"]] == ["k"]
     with pytest.raises(botocore.exceptions.ClientError) as exc:
         s3.delete_bucket(Bucket="life-cycle")
     assert code(exc) == "BucketNotEmpty"
@@ -208,7 +209,8 @@ def test_a_bucket_deleted_by_another_worker_is_no_such_bucket(tmp_path: Path) ->
                 call()
             assert code(exc) == "NoSuchBucket"  # it was a 500
         assert "gone" not in [b["Name"] for b in s3.list_buckets()["Buckets"]]
-        assert not list(data.rglob("manifest.json"))  # the refused PUT's data is gone too
+        # the refused PUT's data is gone too (freed by a worker thread, after the answer)
+        wait_until(lambda: not list(data.rglob("manifest.json")), timeout=30, what="the refused PUT's data freed")
 
 
 def test_delete_bucket_takes_its_open_uploads_with_it(tmp_path: Path) -> None:
@@ -233,3 +235,13 @@ def test_delete_bucket_takes_its_open_uploads_with_it(tmp_path: Path) -> None:
         assert code(exc) == "NoSuchBucket"
         s3.create_bucket(Bucket="unfinished")  # a new bucket of that name starts empty
         assert s3.list_multipart_uploads(Bucket="unfinished").get("Uploads", []) == []
+
+
+def test_own_bucket_again_outside_us_east_1_is_already_owned(tmp_path: Path) -> None:
+    with running_gateway(tmp_path / "data", config='[gateway]\nregion = "eu-west-1"\n') as gw:
+        s3 = s3_client(gw.url)
+        s3.create_bucket(Bucket="mine")
+        with pytest.raises(botocore.exceptions.ClientError) as exc:
+            s3.create_bucket(Bucket="mine")
+        assert code(exc) == "BucketAlreadyOwnedByYou"
+        assert exc.value.response["ResponseMetadata"]["HTTPStatusCode"] == 409
