@@ -203,6 +203,11 @@ class SfsRepository(Repository):
 
     def _manifest(self, data_key: str) -> Manifest | None:
         """The committed manifest (locked or not), None if there is none."""
+        found = self._manifest_and_bytes(data_key)
+        return None if found is None else found[0]
+
+    def _manifest_and_bytes(self, data_key: str) -> tuple[Manifest, bytes] | None:
+        """The committed manifest (locked or not) and its bytes, None if there is none."""
         check_object_id(data_key)
         try:
             raw = _read_file(self.manifest_path(data_key))
@@ -218,15 +223,15 @@ class SfsRepository(Repository):
             raise CorruptData(
                 self.name, data_key, None, f"manifest belongs to {manifest.object_id!r}"
             )
-        return manifest
+        return manifest, raw
 
-    def _visible_manifest(self, data_key: str) -> Manifest:
-        manifest = self._manifest(data_key)
-        if manifest is None:
+    def _visible_manifest(self, data_key: str) -> tuple[Manifest, bytes]:
+        found = self._manifest_and_bytes(data_key)
+        if found is None:
             raise NoSuchData(self.name, data_key)
-        if manifest.locked:
+        if found[0].locked:
             raise NoSuchData(self.name, data_key, "locked")
-        return manifest
+        return found
 
     def _replace_manifest(self, data_key: str, manifest: Manifest) -> None:
         """Atomically and durably replace the manifest (temp + fsync + rename + fsync dir)."""
@@ -274,7 +279,7 @@ class SfsRepository(Repository):
     def read(self, data_key: str, start: int = 0, end: int | None = None) -> Iterator[bytes]:
         """As `Repository.read`; the bytes are those of the object when `read` returned,
         even if it is deleted before the stream ends (see `sfs_pins`)."""
-        manifest = self._visible_manifest(data_key)
+        manifest, manifest_bytes = self._visible_manifest(data_key)
         if end is None or end > manifest.size:
             end = manifest.size
         if start < 0 or start > manifest.size or end < start:
@@ -290,8 +295,15 @@ class SfsRepository(Repository):
             return self._one_chunk(f, manifest, data_key, first, start - first * cs, end - first * cs)
         try:
             pin = Pin(self.object_dir(data_key))
+            # the manifest again, under the pin: the object read is the one pinned (an id
+            # deleted and written again in between, as a verbatim copy may, is not mixed up)
+            with pin.open(MANIFEST) as f:
+                same = f.readall() == manifest_bytes
         except (FileNotFoundError, NotADirectoryError):
             raise NoSuchData(self.name, data_key) from None
+        if not same:
+            pin.release()
+            raise NoSuchData(self.name, data_key, "changed while being opened")
         return self._pinned_chunks(pin, manifest, data_key, first, stop, start, end)
 
     def _open_chunk(self, pin: Pin | None, data_key: str, index: int) -> io.FileIO:
