@@ -53,6 +53,12 @@ _SERVED = {
 def _refuse_unserved(target: str, method: str, q: dict[str, str]) -> None:
     if not q:
         return
+    if method == "HEAD" and (selected := sorted(SUBRESOURCES.intersection(q))):
+        # No sub-resource has a HEAD form: S3 answers 405, whether or not the bucket or key
+        # exists, with an Allow naming the methods that sub-resource takes (here: those
+        # crossbeat serves for it)
+        allowed = sorted(m for (t, m), subs in _SERVED.items() if t == target and selected[0] in subs)
+        raise S3Error("MethodNotAllowed", headers={"allow": ", ".join(allowed)} if allowed else None)
     unserved = sorted(SUBRESOURCES.intersection(q) - _SERVED.get((target, method), frozenset()))
     if unserved:
         raise S3Error(

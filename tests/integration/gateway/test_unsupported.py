@@ -175,3 +175,27 @@ def test_a_read_with_a_customer_key_is_refused(s3: Any, bucket: str) -> None:
         with pytest.raises(ClientError) as exc:
             call(Bucket=bucket, Key="k", **_SSE_C)
         assert _code(exc)[0] == 400
+
+
+@pytest.mark.parametrize(
+    ("path", "allow"),
+    [
+        ("{b}?versioning", "GET, PUT"),
+        ("{b}?versions", "GET"),
+        ("{b}?uploads", "GET"),
+        ("{b}?website", "DELETE, GET"),
+        ("no-such-bucket-here?versioning", "GET, PUT"),  # before the bucket is looked up, as S3
+        ("{b}/k?tagging", "DELETE, GET, PUT"),
+        ("{b}/k?uploadId=abc", "DELETE, GET, POST, PUT"),
+        ("{b}?torrent", None),
+    ],
+)
+def test_a_head_with_a_sub_resource_is_method_not_allowed(gateway: Any, s3: Any, bucket: str, path: str, allow: str | None) -> None:
+    """No S3 sub-resource has a HEAD form: 405 with an Allow naming the methods crossbeat
+    serves for it, as S3 answers (which names the ones it serves); it was 501."""
+    from tests.support.gateway import signed
+
+    s3.put_object(Bucket=bucket, Key="k", Body=b"x")
+    r = signed("HEAD", f"{gateway.url}/{path.format(b=bucket)}")
+    assert r.status_code == 405
+    assert r.headers.get("allow") == allow
