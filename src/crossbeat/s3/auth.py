@@ -127,6 +127,8 @@ def authenticate(
     query = _parse_query(query_string)
     qnames = {name for name, _ in query}
     authorization = _one(hdrs, "authorization")
+    if authorization is not None and not authorization.strip():
+        authorization = None  # an empty Authorization is no credentials: anonymous, as AWS takes it
     has_v4_query = b"X-Amz-Algorithm" in qnames
     has_v2_query = b"Signature" in qnames and b"AWSAccessKeyId" in qnames
     if sum((authorization is not None, has_v4_query, has_v2_query)) > 1:
@@ -142,7 +144,7 @@ def authenticate(
             raise S3Error("NotImplemented", "SigV4a (AWS4-ECDSA-P256-SHA256) is not supported.")
         if authorization.startswith("AWS "):
             return _v2_header(method, v2_path or raw_path, query, hdrs, authorization, lookup, now)
-        # AWS's answer for a scheme it does not know (Bearer, Basic, empty...)
+        # AWS's answer for a scheme it does not know (Bearer, Basic...)
         raise S3Error("InvalidArgument", "Unsupported Authorization Type",
                       extra={"ArgumentName": "Authorization", "ArgumentValue": authorization[:64]})
     if has_v4_query:
@@ -615,6 +617,9 @@ def _parse_http_date(value: str) -> datetime:
 
 def _parse_amz_or_http_date(value: str) -> datetime:
     try:
-        return _parse_amz_date(value, "AccessDenied")
+        when = _parse_amz_date(value, "AccessDenied")
     except S3Error:
-        return _parse_http_date(value)
+        when = _parse_http_date(value)
+    if when.year < 1970:  # AWS: not a date it takes (later ones are merely skewed)
+        raise S3Error("AccessDenied", "AWS authentication requires a valid Date or x-amz-date header")
+    return when

@@ -76,6 +76,9 @@ def test_anonymous_and_missigned_requests_change_nothing(gateway: Service, s3: A
     s3.create_bucket(Bucket="guarded")
     r = httpx.put(f"{gateway.url}/guarded/anon", content=b"x")
     assert r.status_code == 403 and b"<Code>AccessDenied</Code>" in r.content
+    # an empty Authorization is no credentials, as AWS takes it (not an unknown scheme's 400)
+    r = httpx.put(f"{gateway.url}/guarded/anon", content=b"x", headers={"authorization": ""})
+    assert r.status_code == 403 and b"<Code>AccessDenied</Code>" in r.content
     bad = s3_client(gateway.url, ROOT_AK, "wrong-secret")
     with pytest.raises(botocore.exceptions.ClientError) as exc:
         bad.put_object(Bucket="guarded", Key="forged", Body=b"x")

@@ -307,6 +307,30 @@ def test_malformed_authorization(authorization: str, code: str) -> None:
     assert bare({**BASE, "authorization": authorization}) == code
 
 
+@pytest.mark.parametrize("empty", ["", " "])
+def test_an_empty_authorization_is_no_credentials(empty: str) -> None:
+    """As AWS takes it: anonymous (which the gateway refuses with 403 AccessDenied), not an
+    unknown scheme (400 InvalidArgument)."""
+    ctx = authenticate(
+        "PUT", b"/bucket/key", b"", [(k.encode(), v.encode()) for k, v in {**BASE, "authorization": empty}.items()],
+        lambda ak: BOTO_KEY, now=datetime(2026, 11, 22, 1, 40, tzinfo=UTC),
+    )
+    assert ctx.principal is None
+
+
+@pytest.mark.parametrize(
+    ("date", "code"),
+    [
+        ("Tue, 07 Jul 1950 21:53:04 GMT", "AccessDenied"),  # before 1970: not a date AWS takes
+        ("Wed, 07 Jul 2010 21:53:04 GMT", "RequestTimeTooSkewed"),
+        ("Sun, 07 Jul 2030 21:53:04 GMT", "RequestTimeTooSkewed"),
+    ],
+)
+def test_sigv2_dates_far_off(date: str, code: str) -> None:
+    headers = {"host": "h", "date": date, "authorization": "AWS AKIDEXAMPLE:c2lnbmF0dXJl"}
+    assert bare(headers, method="PUT") == code
+
+
 def test_payload_hash_forms() -> None:
     assert bare({**BASE, "x-amz-content-sha256": "nope", "authorization": V4}) == "InvalidArgument"
     assert (
