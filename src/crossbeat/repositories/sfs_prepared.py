@@ -42,8 +42,8 @@ Contract:
   removes those it was holding. If something removes a prepared directory before its
   object is written (a cleanup pass run while the gateway serves), the writer finds it
   missing and makes it again: the id is still its own.
-- The helper exits on SIGTERM (`close()`) or when the pipe's read end is closed (this
-  process died).
+- The helper exits on SIGTERM (`close()`) or as soon as the pipe's read end is closed (this
+  process died, whatever the pool's level).
 
 The helper imports this module, `object_ids` and `syncgroup` without the packages' `__init__` modules
 (which import pydantic and take a fifth of a second), so it starts in milliseconds.
@@ -57,6 +57,7 @@ import contextlib
 import fcntl
 import logging
 import os
+import select
 import shutil
 import signal
 import subprocess
@@ -319,6 +320,10 @@ def _helper(root: str, fd: int, count: int, low: int, quiet_s: float = QUIET_S) 
         cpu = None
     root_fd: int | None = None
     batch: list[str] = []
+    # the pipe's write end reports POLLERR once its reader is gone: the gateway process died
+    # (kill -9 included) while the pool was full and nothing was being written to fail
+    reader_gone = select.poll()
+    reader_gone.register(fd, 0)
     try:
         root_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         policy = RefillPolicy(count, low, quiet_s, time.monotonic(), _pool_level(fd))
@@ -332,7 +337,8 @@ def _helper(root: str, fd: int, count: int, low: int, quiet_s: float = QUIET_S) 
                 free_share = (cpu[0] - then[0]) / total if total > 0 else 0.0
             n, sync = policy.plan(free_share, now)
             if n == 0:
-                time.sleep(quiet_s)
+                if reader_gone.poll(quiet_s * 1000):  # else `quiet_s` passed
+                    break
                 continue
             while len(batch) < n:
                 key = _make(root)

@@ -175,6 +175,29 @@ def test_the_helper_ends_with_its_process_and_cleanup_removes_its_leftovers(tmp_
     assert object_dirs(repo) == set()
 
 
+def test_a_helper_with_a_full_pool_ends_with_its_process(tmp_path: Path) -> None:
+    """The pool full, the helper writes nothing that could fail: it must still notice that
+    its gateway died (kill -9), not sleep on for ever."""
+    code = (
+        "import os, sys, time\n"
+        "from crossbeat.repositories.sfs import SfsRepository\n"
+        "from crossbeat.repositories.sfs_prepared import _pool_level\n"
+        "repo = SfsRepository('r', sys.argv[1], prepared_objects=8)\n"
+        "deadline = time.monotonic() + 30\n"
+        "while repo._prepared.take() is None and time.monotonic() < deadline:\n"
+        "    time.sleep(0.01)\n"
+        "while _pool_level(repo._prepared._fd) < 8 and time.monotonic() < deadline:\n"
+        "    time.sleep(0.01)\n"
+        "print(repo._prepared._proc.pid, _pool_level(repo._prepared._fd), flush=True)\n"
+        "os._exit(0)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "sfs")], capture_output=True, text=True,
+                         check=True, timeout=60)  # fmt: skip
+    pid, level = map(int, out.stdout.split())
+    assert level == 8  # full: the helper was waiting, not writing
+    wait_until(lambda: gone(pid), timeout=10, what="the orphaned helper to exit")
+
+
 def test_prepared_dirs_need_a_positive_count(tmp_path: Path) -> None:
     with pytest.raises(ValueError):
         PreparedDirs(str(tmp_path), 0)
