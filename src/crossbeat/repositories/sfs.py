@@ -102,6 +102,11 @@ def _read_exact_or_more(f: io.FileIO, length: int) -> bytes:
     return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
+def _chunk_name(data_key: str, index: int) -> str:
+    """A chunk file's path under its object directory (the seed: `chunkId // 100` groups)."""
+    return f"chunks/{index // CHUNKS_PER_DIR}/{data_key}-{index}"
+
+
 def _load_siphash_key(root: Path, configured: bytes | None) -> bytes:
     """Return the repository's SipHash key, persisting it on first use.
 
@@ -190,8 +195,7 @@ class SfsRepository(Repository):
         return object_dir(self._root, data_key)
 
     def chunk_path(self, data_key: str, index: int) -> str:
-        group = index // CHUNKS_PER_DIR
-        return f"{self._root}/{data_key[-3:]}/{data_key}/chunks/{group}/{data_key}-{index}"
+        return f"{self._root}/{data_key[-3:]}/{data_key}/{_chunk_name(data_key, index)}"
 
     def manifest_path(self, data_key: str) -> str:
         return f"{self._root}/{data_key[-3:]}/{data_key}/{MANIFEST}"
@@ -308,11 +312,10 @@ class SfsRepository(Repository):
 
     def _open_chunk(self, pin: Pin | None, data_key: str, index: int) -> io.FileIO:
         """Chunk `index`'s file, by path or (pinned) relative to the object directory."""
-        relative = f"chunks/{index // CHUNKS_PER_DIR}/{data_key}-{index}"
         try:
             if pin is not None:
-                return pin.open(relative)
-            return io.FileIO(f"{self.object_dir(data_key)}/{relative}", "r")
+                return pin.open(_chunk_name(data_key, index))
+            return io.FileIO(self.chunk_path(data_key, index), "r")
         except (FileNotFoundError, NotADirectoryError):
             if pin is None and self._manifest(data_key) is None:
                 raise NoSuchData(self.name, data_key, "deleted") from None

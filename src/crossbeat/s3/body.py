@@ -27,10 +27,10 @@ from dataclasses import dataclass
 
 from crossbeat.s3.auth import AuthContext, check_signature
 from crossbeat.s3.checksums import (
-    NON_VALUE_HEADERS,
     Hasher,
     decode_value,
     header_name,
+    is_value_header,
     new_hasher,
     normalize_algorithm,
 )
@@ -115,11 +115,7 @@ class BodyDecoder:
                 raise S3Error("InvalidDigest")
 
         # the flexible checksum: at most one, from a header or a declared trailer
-        named = [
-            (name, value)
-            for name, value in headers.items()
-            if name.startswith("x-amz-checksum-") and name not in NON_VALUE_HEADERS
-        ]
+        named = [(name, value) for name, value in headers.items() if is_value_header(name)]
         trailer_names = [
             t.strip().lower() for t in headers.get("x-amz-trailer", "").split(",") if t.strip()
         ]

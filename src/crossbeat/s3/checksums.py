@@ -43,6 +43,12 @@ NON_VALUE_HEADERS = frozenset(
 )
 
 
+def is_value_header(name: str) -> bool:
+    """Whether the (lower-case) header `name` carries a checksum value: `x-amz-checksum-crc32`
+    does, `x-amz-checksum-type` does not."""
+    return name.startswith("x-amz-checksum-") and name not in NON_VALUE_HEADERS
+
+
 class Hasher(Protocol):
     """A streaming checksum: `update` with data, then `digest` (big-endian bytes) or `b64`."""
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 from crossbeat.repositories import Location, ObjectWriter, Repository
 from crossbeat.s3.auth import AuthContext
 from crossbeat.s3.body import BodyDecoder, Checksums
-from crossbeat.s3.checksums import NON_VALUE_HEADERS
+from crossbeat.s3.checksums import is_value_header
 from crossbeat.s3.errors import S3Error
 from crossbeat.s3.http import Request
 from crossbeat.s3.put_batcher import BuildMeta
@@ -256,22 +256,22 @@ def open_pieces(
     for loc, lo, hi in pieces:
         repo = gw.repository(loc["location"])
         if repo.pins_reads:
-            out.append(partial(_opened, repo.read(loc["dataKey"], lo, hi)))
+            out.append(partial(iter, repo.read(loc["dataKey"], lo, hi)))  # iter(it) is it
         else:
             out.append(partial(repo.read, loc["dataKey"], lo, hi))
     return out
 
 
-def _opened(stream: Iterator[bytes]) -> Iterator[bytes]:
-    return stream
+def _chunks(gw: Gateway, pieces: list[tuple[dict[str, Any], int, int]]) -> Iterator[bytes]:
+    """The pieces' bytes in order (worker thread); every pinned piece is opened before the
+    first byte, as `open_read` does."""
+    for read in open_pieces(gw, pieces):
+        yield from read()
 
 
 def _read_all(gw: Gateway, pieces: list[tuple[dict[str, Any], int, int]]) -> bytes:
-    out = bytearray()
-    for read in open_pieces(gw, pieces):
-        for chunk in read():
-            out += chunk
-    return bytes(out)
+    # no generator frame on the small-GET path; one chunk comes back as it was read
+    return b"".join([chunk for read in open_pieces(gw, pieces) for chunk in read()])
 
 
 async def _empty() -> AsyncIterator[bytes]:
@@ -301,14 +301,9 @@ async def _stream(
         yield chunk
 
 
-def copy_range_sync(
-    gw: Gateway, meta: dict[str, Any], start: int, end: int, write: Callable[[bytes], object]
-) -> None:
-    """Hand bytes [start, end) of a stored object to `write`, piece by piece (worker thread;
-    every pinned piece is opened before the first byte, as `open_read` does)."""
-    for read in open_pieces(gw, _slices(meta.get("location") or [], start, end)):
-        for chunk in read():
-            write(chunk)
+def range_chunks(gw: Gateway, meta: dict[str, Any], start: int, end: int) -> Iterator[bytes]:
+    """Bytes [start, end) of a stored object, chunk by chunk (worker thread; for copies)."""
+    return _chunks(gw, _slices(meta.get("location") or [], start, end))
 
 
 def read_range_sync(gw: Gateway, meta: dict[str, Any], start: int, end: int) -> bytes:
@@ -337,10 +332,7 @@ async def read_document(
     caller checks it, the document is not checked against it."""
     headers = req.headers
     if object_checksum:
-        headers = {
-            name: value for name, value in req.headers.items()
-            if not name.startswith("x-amz-checksum-") or name in NON_VALUE_HEADERS
-        }
+        headers = {name: value for name, value in req.headers.items() if not is_value_header(name)}
     decoder = BodyDecoder(ctx, headers)
     parts: list[bytes] = []
     total = 0

@@ -256,7 +256,7 @@ def _check_object_checksum(headers: dict[str, str], checksum: dict[str, str] | N
     """CompleteMultipartUpload's `x-amz-checksum-<algorithm>` header: the checksum the
     client expects of the whole object (full-object, or for a composite one the checksum of
     the parts' checksums, with or without its `-{parts}`). BadDigest if it differs."""
-    sent = [(n, v) for n, v in headers.items() if n.startswith("x-amz-checksum-") and n not in checksums.NON_VALUE_HEADERS]
+    sent = [(n, v) for n, v in headers.items() if checksums.is_value_header(n)]
     if not sent:
         return
     if len(sent) > 1:

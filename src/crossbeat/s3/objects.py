@@ -19,8 +19,8 @@ from crossbeat.s3.buckets import acl_xml
 from crossbeat.s3.datapath import (
     GroupCommit,
     Written,
-    copy_range_sync,
     open_read,
+    range_chunks,
     read_document,
     read_range_sync,
     write_body,
@@ -504,13 +504,10 @@ def copy_data(
     """Copy bytes [start, end) of a stored object into `repo` (worker thread); (location, md5)."""
     md5 = hashlib.md5()
     writer = repo.writer()
-
-    def write(chunk: bytes) -> None:
-        md5.update(chunk)
-        writer.write(chunk)
-
     try:
-        copy_range_sync(gw, meta, start, end, write)
+        for chunk in range_chunks(gw, meta, start, end):
+            md5.update(chunk)
+            writer.write(chunk)
         return writer.commit(), md5.hexdigest()
     except BaseException:
         writer.abort()
