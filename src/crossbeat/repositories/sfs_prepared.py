@@ -236,16 +236,15 @@ def _cpu_times() -> tuple[float, float]:
     return (fields[3] + fields[4]) / tick + time.process_time(), sum(fields) / tick
 
 
-def _make(root: str) -> str | None:
-    """A new id with its directories and empty chunk file; None if the id was taken."""
-    key = new_object_id()
+def _make(root: str, key: str) -> bool:
+    """Make `key`'s directories and empty chunk file; False if the id was taken."""
     try:
         make_object_dirs(root, key)
         # the empty chunk file too: the writer then opens it without making an inode
         os.close(os.open(f"{object_dir(root, key)}/chunks/0/{key}-0", _CHUNK_FLAGS, 0o644))
     except FileExistsError:  # an id made twice: never seen, but not this helper's end
-        return None
-    return key
+        return False
+    return True
 
 
 class RefillPolicy:
@@ -320,6 +319,7 @@ def _helper(root: str, fd: int, count: int, low: int, quiet_s: float = QUIET_S) 
         cpu = None
     root_fd: int | None = None
     batch: list[str] = []
+    making: str | None = None
     # the pipe's write end reports POLLERR once its reader is gone: the gateway process died
     # (kill -9 included) while the pool was full and nothing was being written to fail
     reader_gone = select.poll()
@@ -341,16 +341,19 @@ def _helper(root: str, fd: int, count: int, low: int, quiet_s: float = QUIET_S) 
                     break
                 continue
             while len(batch) < n:
-                key = _make(root)
-                if key is not None:
-                    batch.append(key)
+                # named before it is made: a SIGTERM in the middle of making it must not
+                # leave directories that nobody will remove (close() reads only the pipe)
+                making = new_object_id()
+                if _make(root, making):
+                    batch.append(making)
+                making = None
             if sync and syncgroup.available():
                 syncgroup.syncfs(root_fd)  # written out before anyone gets them: see the docstring
             os.write(fd, "".join(f"{key}\n" for key in batch).encode())  # under PIPE_BUF: whole
             policy.wrote(len(batch))
             batch.clear()
     except (_Stop, OSError):  # stopped; EPIPE: the gateway died; the root is gone
-        for key in batch:
+        for key in [*batch, making] if making is not None else batch:
             shutil.rmtree(object_dir(root, key), ignore_errors=True)
     finally:
         if root_fd is not None:
