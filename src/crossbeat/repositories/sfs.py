@@ -321,6 +321,8 @@ class SfsRepository(Repository):
                 raise NoSuchData(self.name, data_key, "deleted") from None
             raise CorruptData(self.name, data_key, index, "chunk file is missing") from None
         except OSError as exc:
+            if exc.errno in (errno.EMFILE, errno.ENFILE):
+                raise  # the process is out of descriptors: nothing wrong with the data
             raise CorruptData(self.name, data_key, index, f"chunk unreadable: {exc}") from exc
 
     def _one_chunk(

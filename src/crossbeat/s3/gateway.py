@@ -5,6 +5,7 @@ entry point. S3Error becomes the S3 XML error body here and nowhere else.
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import time
 from collections.abc import Callable, Iterator
@@ -36,6 +37,22 @@ log = logging.getLogger("crossbeat.gateway")
 RECENT_BUCKET_TTL_S = 1.0
 RECENT_BUCKET_ENTRIES = 4096
 T = TypeVar("T")
+
+
+_NO_DESCRIPTORS_MESSAGE = "Please reduce your request rate: the server is out of file descriptors."
+
+
+def lacks_descriptors(exc: BaseException) -> bool:
+    """Whether `exc`, or an exception it was raised from, is running out of file descriptors
+    (EMFILE, ENFILE): the request failed for want of a resource, not for its data."""
+    seen: BaseException | None = exc
+    for _ in range(8):  # causes chain; a bound, in case of a cycle
+        if seen is None:
+            return False
+        if isinstance(seen, OSError) and seen.errno in (errno.EMFILE, errno.ENFILE):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 class Gateway:
@@ -298,9 +315,14 @@ class Gateway:
             response = self.error_response(S3Error("InternalError", f"stored data is unreadable: {exc}"), req)
         except ConnectionError:
             return
-        except Exception:
-            log.exception("internal error on %s %s", req.method, req.raw_path)
-            response = self.error_response(S3Error("InternalError"), req)
+        except Exception as exc:
+            if lacks_descriptors(exc):
+                # a resource that frees itself as requests end: the client should retry
+                log.warning("out of file descriptors on %s %s: %s", req.method, req.raw_path, exc)
+                response = self.error_response(S3Error("SlowDown", _NO_DESCRIPTORS_MESSAGE), req)
+            else:
+                log.exception("internal error on %s %s", req.method, req.raw_path)
+                response = self.error_response(S3Error("InternalError"), req)
         if response.status >= 300 and not req.body_done and req.has_body:
             # An unread body (e.g. refused before `Expect: 100-continue` was answered) would be
             # parsed as the next request: drain a small one, else close the connection.
