@@ -301,7 +301,11 @@ def _chunks(gw: Gateway, pieces: list[tuple[dict[str, Any], int, int]]) -> Itera
 
 
 def _read_all(gw: Gateway, pieces: list[tuple[dict[str, Any], int, int]]) -> bytes:
-    # no generator frame on the small-GET path; one chunk comes back as it was read
+    # the small-GET path: no generator frame, and for one piece (any object not uploaded
+    # in parts) no PieceReads either; one chunk comes back as it was read
+    if len(pieces) == 1:
+        loc, lo, hi = pieces[0]
+        return b"".join(list(gw.repository(loc["location"]).read(loc["dataKey"], lo, hi)))
     reads = PieceReads(gw, pieces)
     out: list[bytes] = []
     while (piece := reads.next_piece()) is not None:
