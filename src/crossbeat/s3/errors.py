@@ -55,6 +55,9 @@ CODES: dict[str, tuple[int, str]] = {
     "RequestTimeTooSkewed": (403, "The difference between the request time and the current time is too large."),
     "SignatureDoesNotMatch": (403, "The request signature we calculated does not match the signature you provided. Check your key and signing method."),
     "SlowDown": (503, "Please reduce your request rate."),
+    # not an AWS code (S3 never fills up): Ceph RGW's answer to a full store, which clients
+    # do not retry as they would a 5xx of 500-504
+    "InsufficientCapacity": (507, "Insufficient capacity."),
     "XAmzContentSHA256Mismatch": (400, "The provided 'x-amz-content-sha256' header does not match what was computed."),
     "InvalidObjectState": (403, "The operation is not valid for the object's storage class."),
     "OperationAborted": (409, "A conflicting conditional operation is currently in progress against this resource."),

@@ -39,20 +39,36 @@ RECENT_BUCKET_ENTRIES = 4096
 T = TypeVar("T")
 
 
-_NO_DESCRIPTORS_MESSAGE = "Please reduce your request rate: the server is out of file descriptors."
+_NO_DESCRIPTORS = (errno.EMFILE, errno.ENFILE)
+_NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+_SQLITE_FULL = 13  # "database or disk is full"
 
 
-def lacks_descriptors(exc: BaseException) -> bool:
-    """Whether `exc`, or an exception it was raised from, is running out of file descriptors
-    (EMFILE, ENFILE): the request failed for want of a resource, not for its data."""
+def resource_error(exc: BaseException) -> S3Error | None:
+    """The S3 error for a request that failed for want of a resource rather than for its
+    data or a bug, if `exc` or an exception it was raised from is one:
+
+    - out of file descriptors (EMFILE, ENFILE): 503 SlowDown, which clients retry; they
+      free themselves as requests end;
+    - out of space (ENOSPC, EDQUOT, SQLite's SQLITE_FULL): 507 InsufficientCapacity, as
+      Ceph RGW answers; retrying does not help until someone frees space.
+    """
     seen: BaseException | None = exc
-    for _ in range(8):  # causes chain; a bound, in case of a cycle
+    for _ in range(8):  # along the causes; a bound, in case of a cycle
         if seen is None:
-            return False
-        if isinstance(seen, OSError) and seen.errno in (errno.EMFILE, errno.ENFILE):
-            return True
+            return None
+        code = seen.errno if isinstance(seen, OSError) else None
+        if code in _NO_DESCRIPTORS:
+            return S3Error("SlowDown", "Please reduce your request rate: the server is out of file descriptors.")
+        if code in _NO_SPACE or getattr(seen, "sqlite_errorcode", None) == _SQLITE_FULL:
+            return S3Error("InsufficientCapacity", "Insufficient capacity: the storage this request writes to is full.")
         seen = seen.__cause__ or seen.__context__
-    return False
+    return None
+
+
+def _shown(raw_path: bytes) -> str:
+    """A request path for the log, as sent (percent-encoded), without Python's b'...'."""
+    return raw_path.decode("latin-1")
 
 
 class Gateway:
@@ -311,17 +327,17 @@ class Gateway:
         except MetadataNoSuchUpload:
             response = self.error_response(S3Error("NoSuchUpload"), req)
         except (CorruptData, NoSuchData) as exc:
-            log.error("data error on %s %s: %s", req.method, req.raw_path, exc)
+            log.error("data error on %s %s: %s", req.method, _shown(req.raw_path), exc)
             response = self.error_response(S3Error("InternalError", f"stored data is unreadable: {exc}"), req)
         except ConnectionError:
             return
         except Exception as exc:
-            if lacks_descriptors(exc):
-                # a resource that frees itself as requests end: the client should retry
-                log.warning("out of file descriptors on %s %s: %s", req.method, req.raw_path, exc)
-                response = self.error_response(S3Error("SlowDown", _NO_DESCRIPTORS_MESSAGE), req)
+            wanting = resource_error(exc)
+            if wanting is not None:  # the machine's state, not a bug: no traceback
+                log.warning("%s on %s %s: %s", wanting.code, req.method, _shown(req.raw_path), exc)
+                response = self.error_response(wanting, req)
             else:
-                log.exception("internal error on %s %s", req.method, req.raw_path)
+                log.exception("internal error on %s %s", req.method, _shown(req.raw_path))
                 response = self.error_response(S3Error("InternalError"), req)
         if response.status >= 300 and not req.body_done and req.has_body:
             # An unread body (e.g. refused before `Expect: 100-continue` was answered) would be

@@ -15,7 +15,7 @@ import pytest
 
 from crossbeat.s3.datapath import PINNED_AHEAD
 from tests.support.gateway import running_gateway, s3_client
-from tests.support.procs import Service
+from tests.support.procs import Service, wait_until
 
 pytestmark = pytest.mark.integration
 PARTS = 600  # far more than the hard limit set below leaves free
@@ -102,4 +102,4 @@ def test_out_of_descriptors_is_slow_down_then_served(s3: Any, gateway: Service, 
     # nothing held on to, nothing changed: the next GET is served whole
     assert s3.get_object(Bucket="parts", Key="k")["Body"].read() == many_parts
     assert errors(gateway) == []
-    assert any("out of file descriptors" in line for line in gateway.output)
+    wait_until(lambda: any("SlowDown on GET /parts/k" in line for line in gateway.output), timeout=10, what="the refusal logged")

@@ -1,0 +1,114 @@
+"""A full disk: a write that finds no space is 507 InsufficientCapacity (Ceph RGW's answer)
+with no traceback, and leaves nothing behind; every acknowledged object reads back whole;
+once space is freed, writes succeed again.
+
+The gateway's data dir is a 16 MiB tmpfs mounted for the test, which needs root (as `make
+test` runs here); elsewhere the test is skipped."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.gateway import running_gateway, s3_client
+from tests.support.procs import Service, wait_until
+
+pytestmark = pytest.mark.integration
+MiB = 1024 * 1024
+
+
+@pytest.fixture(scope="module")
+def small_fs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    mnt = tmp_path_factory.mktemp("smallfs")
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(mnt)], capture_output=True, text=True
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a small filesystem here: {mounted.stderr.strip()}")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+@pytest.fixture(scope="module")
+def gateway(small_fs: Path) -> Iterator[Service]:
+    with running_gateway(small_fs / "data", config="[gateway]\nworkers = 1\n") as svc:
+        yield svc
+
+
+@pytest.fixture(scope="module")
+def s3(gateway: Service) -> Any:
+    return s3_client(gateway.url)
+
+
+def fill(path: Path) -> None:
+    """Take every byte left on `path`'s filesystem."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        with contextlib.suppress(OSError):
+            while True:
+                os.write(fd, bytes(64 * 1024))
+        with contextlib.suppress(OSError):
+            while True:  # the last partial block
+                os.write(fd, b"\0")
+    finally:
+        os.close(fd)
+
+
+def refused(call: Any) -> dict[str, Any]:
+    with pytest.raises(Exception) as info:  # noqa: PT011 - botocore's ClientError, checked below
+        call()
+    response: dict[str, Any] = info.value.response  # type: ignore[attr-defined]
+    return response
+
+
+def test_writes_to_a_full_disk_are_refused_and_change_nothing(
+    s3: Any, gateway: Service, small_fs: Path
+) -> None:
+    s3.create_bucket(Bucket="full")
+    acked: dict[str, bytes] = {}
+    failure: dict[str, Any] | None = None
+    for n in range(40):  # 40 MiB cannot fit in 16
+        body = os.urandom(MiB)
+        try:
+            s3.put_object(Bucket="full", Key=f"big{n}", Body=body)
+        except s3.exceptions.ClientError as exc:
+            failure = exc.response
+            break
+        acked[f"big{n}"] = body
+    assert failure is not None and len(acked) >= 3
+    assert failure["ResponseMetadata"]["HTTPStatusCode"] == 507
+    assert failure["Error"]["Code"] == "InsufficientCapacity"
+    assert "full" in failure["Error"]["Message"]
+
+    upload = s3.create_multipart_upload(Bucket="full", Key="mp")["UploadId"]
+    filler = small_fs / "filler"
+    fill(filler)  # not a byte left: small objects and parts are refused too
+    small = refused(lambda: s3.put_object(Bucket="full", Key="small", Body=os.urandom(4096)))
+    assert small["Error"]["Code"] == "InsufficientCapacity"
+    part = refused(lambda: s3.upload_part(Bucket="full", Key="mp", UploadId=upload, PartNumber=1, Body=os.urandom(MiB)))
+    assert part["Error"]["Code"] == "InsufficientCapacity"
+    assert s3.list_parts(Bucket="full", Key="mp", UploadId=upload).get("Parts", []) == []
+
+    # what was acknowledged is there, whole, and nothing else
+    listed = {o["Key"] for o in s3.list_objects_v2(Bucket="full").get("Contents", [])}
+    assert listed == set(acked)
+    for key, body in acked.items():
+        assert s3.get_object(Bucket="full", Key=key)["Body"].read() == body
+    assert [line for line in gateway.output if "Traceback" in line or "ERROR" in line] == []
+    wait_until(lambda: any("InsufficientCapacity on PUT /full/" in line for line in gateway.output), timeout=10, what="the refusal logged")
+
+    # space freed: writes work again
+    filler.unlink()
+    for key in list(acked)[:2]:
+        s3.delete_object(Bucket="full", Key=key)
+    again = os.urandom(MiB)
+    s3.put_object(Bucket="full", Key="again", Body=again)
+    assert s3.get_object(Bucket="full", Key="again")["Body"].read() == again
