@@ -174,19 +174,24 @@ class Stream:
         future: asyncio.Future[None] | None = None
         async with self._lock:
             self._check_usable()
-            while True:
-                replica = self._replicas[-1]
-                if replica.sealed:  # only if sealing failed half-way (placement not written)
-                    raise StreamError(f"the open range of stream {self.name!r} is sealed")
-                limits = self.limits
-                now_ms = int(time.time() * 1000)
-                if not replica.needs_roll(header, now_ms, limits.segment_bytes, limits.segment_ms):
-                    break
-                await replica.roll()
-                self._check_usable()
-            base = self._next_offset
-            assign(buf, base, replica.index)
-            segment, end = replica.append(buf, base, header)
+            try:
+                while True:
+                    replica = self._replicas[-1]
+                    if replica.sealed:  # only if sealing failed half-way (placement not written)
+                        raise StreamError(f"the open range of stream {self.name!r} is sealed")
+                    limits = self.limits
+                    now_ms = int(time.time() * 1000)
+                    if not replica.needs_roll(header, now_ms, limits.segment_bytes, limits.segment_ms):
+                        break
+                    await replica.roll()
+                    self._check_usable()
+                base = self._next_offset
+                assign(buf, base, replica.index)
+                segment, end = replica.append(buf, base, header)
+            except OSError as exc:
+                # a full disk, say: the roll and the append each undo what they began, so
+                # the stream is as it was and a later append may succeed
+                raise StreamError(f"cannot write to stream {self.name!r}: {exc}") from exc
             self._next_offset = base + header.last_offset_delta + 1
             if durable:
                 future = asyncio.get_running_loop().create_future()

@@ -2,14 +2,11 @@
 with no traceback, and leaves nothing behind; every acknowledged object reads back whole;
 once space is freed, writes succeed again.
 
-The gateway's data dir is a 16 MiB tmpfs mounted for the test, which needs root (as `make
-test` runs here); elsewhere the test is skipped."""
+The gateway's data dir is a 16 MiB tmpfs of its own (`tests.support.smallfs`)."""
 
 from __future__ import annotations
 
-import contextlib
 import os
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,6 +15,7 @@ import pytest
 
 from tests.support.gateway import running_gateway, s3_client
 from tests.support.procs import Service, wait_until
+from tests.support.smallfs import fill, small_filesystem
 
 pytestmark = pytest.mark.integration
 MiB = 1024 * 1024
@@ -25,16 +23,8 @@ MiB = 1024 * 1024
 
 @pytest.fixture(scope="module")
 def small_fs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    mnt = tmp_path_factory.mktemp("smallfs")
-    mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(mnt)], capture_output=True, text=True
-    )
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a small filesystem here: {mounted.stderr.strip()}")
-    try:
+    with small_filesystem(tmp_path_factory.mktemp("smallfs"), 16) as mnt:
         yield mnt
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], check=False)
 
 
 @pytest.fixture(scope="module")
@@ -46,20 +36,6 @@ def gateway(small_fs: Path) -> Iterator[Service]:
 @pytest.fixture(scope="module")
 def s3(gateway: Service) -> Any:
     return s3_client(gateway.url)
-
-
-def fill(path: Path) -> None:
-    """Take every byte left on `path`'s filesystem."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
-    try:
-        with contextlib.suppress(OSError):
-            while True:
-                os.write(fd, bytes(64 * 1024))
-        with contextlib.suppress(OSError):
-            while True:  # the last partial block
-                os.write(fd, b"\0")
-    finally:
-        os.close(fd)
 
 
 def refused(call: Any) -> dict[str, Any]:

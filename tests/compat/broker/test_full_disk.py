@@ -1,0 +1,126 @@
+"""A full disk under the broker: a produce that finds no space is KAFKA_STORAGE_ERROR (56)
+for its partition, as Kafka answers (librdkafka retries it), with no traceback and the
+connection kept; the failed appends take no offsets, every acknowledged message is read
+back at its offset, and once space is freed producing works again."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+
+from tests.compat.broker.helpers import BrokerProcess, create_topic
+from tests.support.smallfs import fill, small_filesystem
+
+pytestmark = [pytest.mark.compat, pytest.mark.timeout(120)]
+KiB = 1024
+
+
+@pytest.fixture
+def small_fs(tmp_path: Path) -> Iterator[Path]:
+    (tmp_path / "mnt").mkdir()
+    with small_filesystem(tmp_path / "mnt", 16) as mnt:
+        yield mnt
+
+
+@pytest.fixture
+def broker(small_fs: Path) -> Iterator[BrokerProcess]:
+    proc = BrokerProcess(small_fs / "data")
+    proc.start()
+    try:
+        yield proc
+    finally:
+        proc.stop()
+
+
+def produce(address: str, topic: str, values: list[bytes]) -> list[tuple[int | None, KafkaError | None]]:
+    """(offset, error) per message; no retries, so a refusal is the broker's own answer."""
+    producer = Producer({"bootstrap.servers": address, "acks": "all", "enable.idempotence": False,
+                         "retries": 0, "linger.ms": 0, "message.timeout.ms": 30000})
+    results: list[tuple[int | None, KafkaError | None]] = []
+    for value in values:
+        producer.produce(topic, value, partition=0,
+                         on_delivery=lambda err, msg: results.append((None if err else msg.offset(), err)))
+        producer.flush(30)  # one at a time: the order of results is the order sent
+    return results
+
+
+def read_all(address: str, topic: str, end: int) -> list[tuple[int, bytes]]:
+    consumer = Consumer({"bootstrap.servers": address, "group.id": uuid.uuid4().hex,
+                         "enable.auto.commit": False})
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    got: list[tuple[int, bytes]] = []
+    try:
+        for _ in range(200):
+            if len(got) >= end:
+                break
+            for msg in consumer.consume(100, timeout=0.5):
+                if msg.error() is None:
+                    got.append((msg.offset(), msg.value()))
+    finally:
+        consumer.close()
+    return got
+
+
+def test_produce_to_a_full_disk_is_a_storage_error_and_loses_nothing(
+    broker: BrokerProcess, small_fs: Path
+) -> None:
+    create_topic(broker.address, "full", 1)
+    filler = small_fs / "filler"
+    fill(filler, leave=1024 * KiB)  # about 1 MiB left: room for a few of the messages below
+    values = [os.urandom(100 * KiB) for _ in range(30)]
+    results = produce(broker.address, "full", values)
+    acked = [(offset, value) for (offset, err), value in zip(results, values, strict=True) if err is None]
+    refused = [err for _, err in results if err is not None]
+    assert acked and refused
+    assert {err.code() for err in refused} == {KafkaError.KAFKA_STORAGE_ERROR}
+    # the refused appends took no offsets: the acknowledged ones are dense from 0
+    assert [offset for offset, _ in acked] == list(range(len(acked)))
+
+    filler.unlink()
+    after = os.urandom(100 * KiB)
+    assert produce(broker.address, "full", [after]) == [(len(acked), None)]
+    assert read_all(broker.address, "full", len(acked) + 1) == [*acked, (len(acked), after)]
+    assert "Traceback" not in broker.output()
+    assert "No space left on device" in broker.output()
+
+
+def test_an_offset_commit_a_full_disk_cut_short_does_not_cost_later_ones(
+    broker: BrokerProcess, small_fs: Path
+) -> None:
+    """A commit line written only in part (the disk filled mid-line) is cut back off: before,
+    the next commit followed the torn line, and the restart cut the file there, losing it."""
+    create_topic(broker.address, "commits", 1)
+    big = "m" * 3000  # commit metadata: a line that cannot fit in what is left of a page
+
+    def commit(offset: int) -> None:
+        consumer = Consumer({"bootstrap.servers": broker.address, "group.id": "g",
+                             "enable.auto.commit": False})
+        try:
+            consumer.commit(offsets=[TopicPartition("commits", 0, offset, big)], asynchronous=False)
+        finally:
+            consumer.close()
+
+    def committed() -> int:
+        consumer = Consumer({"bootstrap.servers": broker.address, "group.id": "g"})
+        try:
+            return int(consumer.committed([TopicPartition("commits", 0)], timeout=20)[0].offset)
+        finally:
+            consumer.close()
+
+    commit(5)
+    filler = small_fs / "filler"
+    fill(filler)
+    with pytest.raises(KafkaException):
+        commit(7)
+    assert committed() == 5
+    filler.unlink()
+    commit(9)
+    broker.stop()
+    broker.start()
+    assert committed() == 9
+    assert "cutting" not in broker.output()  # nothing torn to cut at the restart
