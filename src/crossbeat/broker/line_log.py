@@ -5,6 +5,7 @@ rewrite. Each file keeps its own line format (a `decode` function) and its own m
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -36,6 +37,22 @@ def write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view):]
+
+
+def append_durably(fd: int, data: bytes) -> None:
+    """Append `data` at the end of the file `fd` and fsync it, all or nothing: if a write or
+    the fsync fails (a full disk), the file is cut back to where it ended and the error
+    re-raised. Otherwise a line torn part-way would sit before the next appended line, and
+    the next open would cut the file there, taking later acknowledged lines with it."""
+    end = os.lseek(fd, 0, os.SEEK_END)
+    try:
+        write_all(fd, data)
+        os.fsync(fd)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.ftruncate(fd, end)
+            os.lseek(fd, end, os.SEEK_SET)  # without O_APPEND the next write goes here
+        raise
 
 
 def replace_atomically(path: Path, data: bytes) -> None:

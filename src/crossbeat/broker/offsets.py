@@ -34,7 +34,7 @@ from typing import Any
 import orjson
 from crc32c import crc32c
 
-from crossbeat.broker.line_log import read_lines, replace_atomically, write_all
+from crossbeat.broker.line_log import append_durably, read_lines, replace_atomically
 
 log = logging.getLogger(__name__)
 
@@ -270,8 +270,7 @@ class OffsetStore:
             del self._pending[group]
 
     def _write(self, data: bytes) -> None:
-        write_all(self._fd, data)
-        os.fsync(self._fd)
+        append_durably(self._fd, data)
 
     def _snapshot(self) -> bytes:
         lines = []

@@ -19,7 +19,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from crossbeat.broker.line_log import read_lines, replace_atomically, write_all
+from crossbeat.broker.line_log import append_durably, read_lines, replace_atomically
 
 log = logging.getLogger(__name__)
 
@@ -78,8 +78,7 @@ class TxnLog:
         return json.dumps(doc, separators=(",", ":")).encode() + b"\n"
 
     def _append(self, doc: dict[str, Any]) -> None:
-        write_all(self._fd, self._line(doc))
-        os.fsync(self._fd)
+        append_durably(self._fd, self._line(doc))
         if doc.get("removed") is True:
             self._docs.pop(doc["tid"], None)
         else:
