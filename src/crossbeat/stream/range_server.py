@@ -202,7 +202,16 @@ class RangeReplica:
                 old.full = False
             raise
         old.synced = max(old.synced, size)
-        old.write_indexes()
+        try:
+            old.write_indexes()
+        except BaseException:
+            # a full disk, say: appends go on into the old segment (its indexes are written
+            # at the next roll or close); left full, every append would roll again at once
+            # and find it already rolled, for ever
+            fresh.delete()
+            if not self.sealed:
+                old.full = False
+            raise
         if self.sealed or old is not self.active:
             fresh.delete()
             return

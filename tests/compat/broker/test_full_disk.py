@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.compat.broker.helpers import BrokerProcess, create_topic
 from tests.support.smallfs import fill, small_filesystem
@@ -37,10 +38,12 @@ def broker(small_fs: Path) -> Iterator[BrokerProcess]:
         proc.stop()
 
 
-def produce(address: str, topic: str, values: list[bytes]) -> list[tuple[int | None, KafkaError | None]]:
+def produce(
+    address: str, topic: str, values: list[bytes], timeout_ms: int = 30000
+) -> list[tuple[int | None, KafkaError | None]]:
     """(offset, error) per message; no retries, so a refusal is the broker's own answer."""
     producer = Producer({"bootstrap.servers": address, "acks": "all", "enable.idempotence": False,
-                         "retries": 0, "linger.ms": 0, "message.timeout.ms": 30000})
+                         "retries": 0, "linger.ms": 0, "message.timeout.ms": timeout_ms})
     results: list[tuple[int | None, KafkaError | None]] = []
     for value in values:
         producer.produce(topic, value, partition=0,
@@ -124,3 +127,23 @@ def test_an_offset_commit_a_full_disk_cut_short_does_not_cost_later_ones(
     broker.start()
     assert committed() == 9
     assert "cutting" not in broker.output()  # nothing torn to cut at the restart
+
+
+def test_a_segment_roll_a_full_disk_refused_is_tried_again(broker: BrokerProcess, small_fs: Path) -> None:
+    """The roll to a new segment writes the old one's indexes: refused by a full disk, it
+    left the segment marked full, and every later append rolled again and found it rolled,
+    for ever (the broker spun and the produce never got an answer, space freed or not)."""
+    admin = AdminClient({"bootstrap.servers": broker.address})
+    topic = NewTopic("rolls", num_partitions=1, replication_factor=1,
+                     config={"segment.bytes": str(1024 * KiB)})
+    admin.create_topics([topic])["rolls"].result(timeout=20)
+    values = [os.urandom(60 * KiB) for _ in range(17)]  # 1020 KiB: the next one rolls
+    assert [err for _, err in produce(broker.address, "rolls", values)] == [None] * 17
+    filler = small_fs / "filler"
+    fill(filler)
+    [(_, err)] = produce(broker.address, "rolls", [os.urandom(60 * KiB)])
+    assert err is not None and err.code() == KafkaError.KAFKA_STORAGE_ERROR
+    filler.unlink()
+    after = os.urandom(60 * KiB)
+    assert produce(broker.address, "rolls", [after], timeout_ms=10000) == [(17, None)]
+    assert read_all(broker.address, "rolls", 18)[-1] == (17, after)
