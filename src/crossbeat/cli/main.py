@@ -13,6 +13,7 @@ import sys
 
 import click
 
+from crossbeat.cli.rlimits import raise_open_files_limit
 from crossbeat.errors import CrossbeatError
 
 # name -> "module:attribute" of a click command or group
@@ -53,6 +54,7 @@ class LazyGroup(click.Group):
 @click.version_option(package_name="crossbeat")
 def cli() -> None:
     """crossbeat moves object data between storage sites."""
+    raise_open_files_limit()
 
 
 def main() -> None:

@@ -7,7 +7,6 @@ import contextlib
 import gc
 import logging
 import os
-import resource
 import signal
 import socket
 import ssl
@@ -127,22 +126,6 @@ def switch_interval_s(settings: GatewaySettings) -> float:
     return 0.0005 if effective_workers(settings) == 1 else 0.005
 
 
-def raise_open_files_limit() -> int:
-    """Raise the soft limit on open files to the hard one, as Go's runtime does for every
-    server: each connection and each pinned read holds a descriptor, and the usual soft
-    default of 1024 is a few hundred clients. Returns the soft limit in force (worker
-    processes inherit it)."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    target = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
-    if soft != resource.RLIM_INFINITY and soft < target:
-        try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
-            soft = target
-        except (ValueError, OSError) as exc:  # e.g. above fs.nr_open
-            log.warning("could not raise the open-files limit from %d to %d: %s", soft, target, exc)
-    return soft
-
-
 def run_gateway(
     settings: GatewaySettings,
     principals: dict[str, Principal],
@@ -155,7 +138,6 @@ def run_gateway(
     before any worker serves, then forks the workers; if one dies unexpectedly the rest are
     stopped too, so a half-alive gateway never lingers.
     """
-    raise_open_files_limit()
     sock = bind(settings.listen)
     workers = effective_workers(settings)
     if workers == 1:
