@@ -10,6 +10,7 @@ starts so a missing or corrupt object still gets a proper S3 error.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
@@ -284,6 +285,13 @@ class PieceReads:
             else:
                 self._begun.append(partial(repo.read, loc["dataKey"], lo, hi))
 
+    def close(self) -> list[Iterator[bytes]]:
+        """Hand out no more pieces; returns the reads begun ahead, for the caller to end."""
+        begun = [read for read in self._begun if not callable(read)]
+        self._begun.clear()
+        self._todo = iter(())
+        return begun
+
     def next_piece(self) -> Iterator[bytes] | None:
         """The next piece's bytes, or None after the last piece."""
         if not self._begun:
@@ -325,15 +333,28 @@ async def _once(data: bytes) -> AsyncIterator[bytes]:
 async def _stream(
     gw: Gateway, first: bytes, first_iter: Iterator[bytes] | None, reads: PieceReads
 ) -> AsyncIterator[bytes]:
-    if first:
-        yield first
     it = first_iter
-    while it is not None:
-        chunk = await gw.run(next, it, None)
-        if chunk is None:
-            it = await gw.run(reads.next_piece)
-            continue
-        yield chunk
+    try:
+        if first:
+            yield first
+        while it is not None:
+            chunk = await gw.run(next, it, None)
+            if chunk is None:
+                it = await gw.run(reads.next_piece)
+                continue
+            yield chunk
+    finally:
+        if it is not None:  # left early (the client went): end the reads in a worker
+            # thread, since ending a pinned read may remove a deleted object's files
+            with contextlib.suppress(Exception):
+                await gw.run(_end_reads, it, reads)
+
+
+def _end_reads(it: Iterator[bytes], reads: PieceReads) -> None:
+    for read in (it, *reads.close()):
+        close = getattr(read, "close", None)
+        if close is not None:
+            close()
 
 
 def range_chunks(gw: Gateway, meta: dict[str, Any], start: int, end: int) -> Iterator[bytes]:

@@ -121,3 +121,17 @@ def test_gets_and_copies_racing_overwrites_never_fail(s3: Any, gateway: Service)
     writer.join(timeout=60)
     assert failures == []
     assert errors(gateway) == []
+
+
+def test_a_get_left_early_lets_the_deleted_data_go(s3: Any, gateway: Service, data_dir: Path) -> None:
+    """A client that stops reading and hangs up ends the GET's pins: the data it held, deleted
+    meanwhile, is removed then, not when the process ends."""
+    s3.create_bucket(Bucket="leftearly")
+    s3.put_object(Bucket="leftearly", Key="k", Body=os.urandom(24 * MiB))
+    body = s3.get_object(Bucket="leftearly", Key="k")["Body"]
+    body.read(64 * 1024)
+    s3.delete_object(Bucket="leftearly", Key="k")
+    assert put_aside(data_dir)  # held by the GET
+    body.close()
+    wait_until(lambda: not put_aside(data_dir), timeout=30, what="the deleted data removed")
+    assert errors(gateway) == []
