@@ -22,6 +22,7 @@ from crossbeat.metadata.errors import (
     NoSuchVersion,
     RevisionMismatch,
     StoreClosed,
+    StoreUnavailable,
 )
 from crossbeat.metadata.ids import new_upload_id, new_version_id
 from crossbeat.metadata.models import Bucket, JournalEntry
@@ -44,6 +45,7 @@ __all__ = [
     "NoSuchVersion",
     "RevisionMismatch",
     "StoreClosed",
+    "StoreUnavailable",
     "new_upload_id",
     "new_version_id",
     "open_store",

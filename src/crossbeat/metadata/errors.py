@@ -23,6 +23,11 @@ class InvalidMetadata(MetadataError, ValueError):
     """The caller passed malformed input (missing field, wrong type); nothing was changed."""
 
 
+class StoreUnavailable(MetadataError):
+    """The database could not be opened or set up (a full disk, a file that is not a database,
+    a directory without write permission); the message says which and why."""
+
+
 class StoreClosed(MetadataError):
     """The store was closed; no further operation is accepted."""
 

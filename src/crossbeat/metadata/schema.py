@@ -14,6 +14,7 @@ Documents are JSON (orjson) stored as BLOBs; columns hold only what is indexed.
 
 from __future__ import annotations
 
+import re
 import sqlite3
 from pathlib import Path
 
@@ -103,11 +104,26 @@ def connect(path: Path, *, busy_timeout_ms: int) -> sqlite3.Connection:
     return conn
 
 
+_DDL_NAMES = frozenset(re.findall(r"CREATE (?:UNIQUE )?(?:TABLE|INDEX) IF NOT EXISTS (\w+)", DDL))
+
+
+def _current(conn: sqlite3.Connection) -> bool:
+    """Whether the schema is this crossbeat's already: then opening writes nothing, so that a
+    gateway can start (and serve reads) on a full disk."""
+    if conn.execute("PRAGMA user_version").fetchone()[0] != SCHEMA_VERSION:
+        return False
+    names = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
+    return _DDL_NAMES.issubset(names)
+
+
 def initialise(conn: sqlite3.Connection) -> None:
-    """Switch the file to WAL and create the schema (idempotent)."""
+    """Switch the file to WAL and create the schema (idempotent; writes only if the schema
+    is not current)."""
     mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
     if str(mode).lower() != "wal":
         raise RuntimeError(f"could not switch the metadata database to WAL (mode {mode})")
+    if _current(conn):
+        return
     conn.execute("BEGIN IMMEDIATE")
     try:
         version = conn.execute("PRAGMA user_version").fetchone()[0]
@@ -121,5 +137,6 @@ def initialise(conn: sqlite3.Connection) -> None:
         conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         conn.execute("COMMIT")
     except BaseException:
-        conn.execute("ROLLBACK")
+        if conn.in_transaction:  # a failed COMMIT (SQLITE_FULL) has already rolled back
+            conn.execute("ROLLBACK")
         raise

@@ -8,6 +8,7 @@ and each read runs in its own read transaction so multi-statement reads see one 
 from __future__ import annotations
 
 import logging
+import os
 import sqlite3
 import threading
 import time
@@ -20,7 +21,7 @@ from typing import Any, TypeVar
 
 from crossbeat.metadata import buckets, journal, uploads, versions
 from crossbeat.metadata.codec import check_text
-from crossbeat.metadata.errors import InvalidMetadata, MetadataError, StoreClosed
+from crossbeat.metadata.errors import InvalidMetadata, MetadataError, StoreClosed, StoreUnavailable
 from crossbeat.metadata.models import Bucket, JournalEntry
 from crossbeat.metadata.schema import connect, initialise
 from crossbeat.metadata.settings import MetadataSettings
@@ -87,15 +88,34 @@ def _store_built(
     return [o for o in outcomes if o is not None]
 
 
+def _unavailable(path: Path, exc: sqlite3.Error) -> StoreUnavailable:
+    """A StoreUnavailable naming the database and, when it is so, a full disk (SQLite then
+    says only "disk I/O error" if it cannot make its -wal or -shm file)."""
+    why = str(exc)
+    try:
+        fs = os.statvfs(path.parent)
+        if fs.f_bavail * fs.f_frsize < 1024 * 1024:
+            why += " (the disk holding it has no space left)"
+    except OSError:
+        pass
+    return StoreUnavailable(f"cannot open the metadata database {path}: {why}")
+
+
 class SqliteMetadataStore(MetadataStore):
     def __init__(self, path: str | Path, settings: MetadataSettings | None = None) -> None:
         self.path = Path(path)
         self.settings = settings or MetadataSettings()
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        conn = connect(self.path, busy_timeout_ms=self.settings.busy_timeout_ms)
+        try:
+            conn = connect(self.path, busy_timeout_ms=self.settings.busy_timeout_ms)
+        except sqlite3.Error as exc:
+            raise _unavailable(self.path, exc) from exc
         try:
             initialise(conn)
             committed = journal.last_seq(conn)
+        except sqlite3.Error as exc:
+            conn.close()
+            raise _unavailable(self.path, exc) from exc
         except BaseException:
             conn.close()
             raise

@@ -88,3 +88,37 @@ def test_writes_to_a_full_disk_are_refused_and_change_nothing(
     again = os.urandom(MiB)
     s3.put_object(Bucket="full", Key="again", Body=again)
     assert s3.get_object(Bucket="full", Key="again")["Body"].read() == again
+
+
+def test_a_gateway_starts_on_a_full_disk_after_a_crash_and_says_why_it_cannot_after_a_stop(
+    tmp_path: Path,
+) -> None:
+    """Opening the metadata database writes nothing when its schema is current, so a gateway
+    killed on a full disk starts again and serves reads (writes are 507). After a clean stop
+    SQLite has removed its -wal and -shm files and cannot make them on a full disk: the
+    gateway exits with one line saying so, not a traceback."""
+    (tmp_path / "mnt").mkdir()
+    config = "[gateway]\nworkers = 1\n"
+    with small_filesystem(tmp_path / "mnt", 16) as mnt:
+        data_dir, filler = mnt / "data", mnt / "filler"
+        body = os.urandom(100 * 1024)
+        with running_gateway(data_dir, config=config) as svc:
+            s3 = s3_client(svc.url)
+            s3.create_bucket(Bucket="crash")
+            s3.put_object(Bucket="crash", Key="k", Body=body)
+        fill(filler)  # after a clean stop
+        with pytest.raises(RuntimeError) as failed, running_gateway(data_dir, config=config):
+            pass
+        assert "cannot open the metadata database" in str(failed.value)
+        assert "no space left" in str(failed.value)
+        assert "Traceback" not in str(failed.value)
+        filler.unlink()
+        with running_gateway(data_dir, config=config) as svc:
+            assert s3_client(svc.url).get_object(Bucket="crash", Key="k")["Body"].read() == body
+            svc.kill()
+        fill(filler)  # after a crash
+        with running_gateway(data_dir, config=config) as svc:
+            s3 = s3_client(svc.url)
+            assert s3.get_object(Bucket="crash", Key="k")["Body"].read() == body
+            put = refused(lambda: s3.put_object(Bucket="crash", Key="new", Body=b"x"))
+            assert put["Error"]["Code"] == "InsufficientCapacity"
