@@ -6,6 +6,8 @@ place (`crossbeat.s3.app`). Use the constructors below so codes and statuses sta
 
 from __future__ import annotations
 
+import errno
+
 from crossbeat.errors import CrossbeatError
 
 # AWS code -> (HTTP status, default message)
@@ -92,3 +94,30 @@ class S3Error(CrossbeatError):
         # extra elements rendered inside <Error> (e.g. BucketName, Key, ArgumentName)
         self.extra = dict(extra or {})
         super().__init__(f"{code}: {self.message}")
+
+
+_NO_DESCRIPTORS = (errno.EMFILE, errno.ENFILE)
+_NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+_SQLITE_FULL = 13  # "database or disk is full"
+
+
+def resource_error(exc: BaseException) -> S3Error | None:
+    """The S3 error for a request that failed for want of a resource rather than for its
+    data or a bug, if `exc` or an exception it was raised from is one:
+
+    - out of file descriptors (EMFILE, ENFILE): 503 SlowDown, which clients retry; they
+      free themselves as requests end;
+    - out of space (ENOSPC, EDQUOT, SQLite's SQLITE_FULL): 507 InsufficientCapacity, as
+      Ceph RGW answers; retrying does not help until someone frees space.
+    """
+    seen: BaseException | None = exc
+    for _ in range(8):  # along the causes; a bound, in case of a cycle
+        if seen is None:
+            return None
+        code = seen.errno if isinstance(seen, OSError) else None
+        if code in _NO_DESCRIPTORS:
+            return S3Error("SlowDown", "Please reduce your request rate: the server is out of file descriptors.")
+        if code in _NO_SPACE or getattr(seen, "sqlite_errorcode", None) == _SQLITE_FULL:
+            return S3Error("InsufficientCapacity", "Insufficient capacity: the storage this request writes to is full.")
+        seen = seen.__cause__ or seen.__context__
+    return None

@@ -5,7 +5,6 @@ entry point. S3Error becomes the S3 XML error body here and nowhere else.
 from __future__ import annotations
 
 import asyncio
-import errno
 import logging
 import time
 from collections.abc import Callable, Iterator
@@ -24,7 +23,7 @@ from crossbeat.repositories.settings import RepositorySettings
 from crossbeat.s3 import cors, postobject, router
 from crossbeat.s3.auth import Principal, authenticate
 from crossbeat.s3.buckets import BUCKET_RE
-from crossbeat.s3.errors import S3Error
+from crossbeat.s3.errors import S3Error, resource_error
 from crossbeat.s3.http import Receive, Request, Response, Scope, Send
 from crossbeat.s3.put_batcher import PutBatcher
 from crossbeat.s3.settings import GatewaySettings
@@ -37,33 +36,6 @@ log = logging.getLogger("crossbeat.gateway")
 RECENT_BUCKET_TTL_S = 1.0
 RECENT_BUCKET_ENTRIES = 4096
 T = TypeVar("T")
-
-
-_NO_DESCRIPTORS = (errno.EMFILE, errno.ENFILE)
-_NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
-_SQLITE_FULL = 13  # "database or disk is full"
-
-
-def resource_error(exc: BaseException) -> S3Error | None:
-    """The S3 error for a request that failed for want of a resource rather than for its
-    data or a bug, if `exc` or an exception it was raised from is one:
-
-    - out of file descriptors (EMFILE, ENFILE): 503 SlowDown, which clients retry; they
-      free themselves as requests end;
-    - out of space (ENOSPC, EDQUOT, SQLite's SQLITE_FULL): 507 InsufficientCapacity, as
-      Ceph RGW answers; retrying does not help until someone frees space.
-    """
-    seen: BaseException | None = exc
-    for _ in range(8):  # along the causes; a bound, in case of a cycle
-        if seen is None:
-            return None
-        code = seen.errno if isinstance(seen, OSError) else None
-        if code in _NO_DESCRIPTORS:
-            return S3Error("SlowDown", "Please reduce your request rate: the server is out of file descriptors.")
-        if code in _NO_SPACE or getattr(seen, "sqlite_errorcode", None) == _SQLITE_FULL:
-            return S3Error("InsufficientCapacity", "Insufficient capacity: the storage this request writes to is full.")
-        seen = seen.__cause__ or seen.__context__
-    return None
 
 
 def _shown(raw_path: bytes) -> str:

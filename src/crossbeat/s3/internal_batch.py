@@ -25,6 +25,7 @@ nothing, the others go ahead (a malformed request as a whole is a 400 and change
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import hashlib
@@ -36,7 +37,7 @@ from crossbeat.metadata.errors import MetadataError, NoSuchBucket, NoSuchVersion
 from crossbeat.repositories import Location, ObjectWriter
 from crossbeat.s3.auth import AuthContext
 from crossbeat.s3.datapath import _write_whole, read_document, read_range_sync
-from crossbeat.s3.errors import S3Error
+from crossbeat.s3.errors import S3Error, resource_error
 from crossbeat.s3.http import Request, Response
 from crossbeat.s3.version_check import as_replica, check_version
 
@@ -134,11 +135,18 @@ async def batch_replica(gw: Gateway, req: Request, ctx: AuthContext) -> Response
     ready: list[tuple[int, dict[str, Any]]] = []
     for (i, meta, _, _), w in zip(valid, written, strict=True):
         if isinstance(w, BaseException):
-            results[i] = _error("InternalError", f"storing replica data: {w}")
+            wanting = resource_error(w)  # a full disk is InsufficientCapacity, as for a PUT
+            code = wanting.code if wanting is not None else "InternalError"
+            results[i] = _error(code, f"storing replica data: {w}")
             continue
         meta["location"] = [w.to_json()] if w is not None else []
         ready.append((i, meta))
-    stored = await gw.run(gw.store.put_versions, [meta for _, meta in ready])
+    try:
+        stored = await gw.run(gw.store.put_versions, [meta for _, meta in ready])
+    except BaseException:
+        # no version was made (SQLITE_FULL, say): the data just written is nobody's
+        await asyncio.shield(gw.free([{"location": meta["location"]} for _, meta in ready]))
+        raise
     free: list[dict[str, Any]] = []
     for (i, meta), outcome in zip(ready, stored, strict=True):
         if isinstance(outcome, MetadataError):

@@ -6,6 +6,7 @@ Completing concatenates the parts' data locations into the new version's `locati
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
@@ -97,11 +98,16 @@ def _part_number(req: Request) -> int:
 
 
 async def _store_part(gw: Gateway, upload_id: str, part: dict[str, Any]) -> None:
+    """Record `part` (its data already written); if that fails for any reason, its data is
+    freed (nothing points at it: a full disk's SQLITE_FULL left it for the cleanup pass)."""
     try:
         displaced = await gw.run(gw.store.put_part, upload_id, part)
     except NoSuchUpload as exc:
         await gw.free([part])
         raise S3Error("NoSuchUpload", extra={"UploadId": upload_id}) from exc
+    except BaseException:
+        await asyncio.shield(gw.free([part]))
+        raise
     if displaced:
         await gw.free([displaced])
 

@@ -6,14 +6,16 @@ The gateway's data dir is a 16 MiB tmpfs of its own (`tests.support.smallfs`).""
 
 from __future__ import annotations
 
+import base64
 import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
-from tests.support.gateway import running_gateway, s3_client
+from tests.support.gateway import running_gateway, s3_client, signed
 from tests.support.procs import Service, wait_until
 from tests.support.smallfs import fill, small_filesystem
 
@@ -122,3 +124,58 @@ def test_a_gateway_starts_on_a_full_disk_after_a_crash_and_says_why_it_cannot_af
             assert s3.get_object(Bucket="crash", Key="k")["Body"].read() == body
             put = refused(lambda: s3.put_object(Bucket="crash", Key="new", Body=b"x"))
             assert put["Error"]["Code"] == "InsufficientCapacity"
+
+
+def data_objects(data_dir: Path) -> set[str]:
+    return {p.parent.name for p in (data_dir / "sfs").glob("*/*/manifest.json")}
+
+
+def test_a_write_whose_metadata_finds_no_room_frees_its_data(tmp_path: Path) -> None:
+    """With a little room left, a part's or replica's data may fit where its metadata commit
+    (SQLITE_FULL) does not: the request is refused, and the data written is freed at once
+    (it was left for the next start's cleanup pass). Swept over how much room is left, so
+    that both the data write and the metadata commit are where it runs out."""
+    (tmp_path / "mnt").mkdir()
+    with small_filesystem(tmp_path / "mnt", 16) as mnt:
+        data_dir = mnt / "data"
+        with running_gateway(data_dir, config="[gateway]\nworkers = 1\nmin_part_bytes = 0\n") as svc:
+            s3 = s3_client(svc.url)
+            s3.create_bucket(Bucket="parts")
+            s3.create_bucket(Bucket="dst")
+            body = os.urandom(3000)
+            s3.put_object(Bucket="parts", Key="src", Body=body)
+            upload = s3.create_multipart_upload(Bucket="parts", Key="mp")["UploadId"]
+            meta = signed("GET", f"{svc.url}/_/crossbeat/metadata/parts/src").json()
+            meta = dict(meta.get("metadata", meta), bucket="dst")
+            replica = orjson.dumps({"replicas": [{"metadata": meta, "data": base64.b64encode(body).decode()}]})
+            writes = {
+                "part": lambda: s3.upload_part(Bucket="parts", Key="mp", UploadId=upload, PartNumber=1, Body=body),
+                "part copy": lambda: s3.upload_part_copy(
+                    Bucket="parts", Key="mp", UploadId=upload, PartNumber=2, CopySource="parts/src"
+                ),
+                "replica": lambda: _replicate(svc.url, replica),
+            }
+            refusals = 0
+            for leave in range(0, 48 * 1024, 2048):
+                for name, write in writes.items():
+                    before = data_objects(data_dir)
+                    fill(mnt / "filler", leave=leave)
+                    try:
+                        write()
+                        refused_now = False
+                    except Exception:  # noqa: BLE001 - botocore's ClientError or ours
+                        refused_now = True
+                    after = data_objects(data_dir)
+                    (mnt / "filler").unlink()
+                    if refused_now:
+                        refusals += 1
+                        assert after <= before, f"{name} refused with {leave} bytes left kept its data"
+            assert refusals > 0
+            assert [line for line in svc.output if "Traceback" in line or "ERROR" in line] == []
+
+
+def _replicate(url: str, body: bytes) -> None:
+    """POST a batchReplica; raises unless every replica was stored."""
+    answer = signed("POST", f"{url}/_/crossbeat/batchReplica", body)
+    if answer.status_code != 200 or b'"error"' in answer.content:
+        raise RuntimeError(f"batchReplica: {answer.status_code} {answer.text[:200]}")
