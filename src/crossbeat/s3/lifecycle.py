@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 
 from crossbeat.metadata import Bucket, MetadataStore
 from crossbeat.metadata.errors import NoSuchUpload, StoreClosed
+from crossbeat.s3.errors import resource_error
 from crossbeat.s3.lifecycle_config import (
     Config,
     current_expiry,
@@ -332,13 +333,21 @@ class LifecycleRunner:
 
     def _loop(self) -> None:
         # a check costs a non-blocking flock and a small file read: once a second at most
+        failed_at: float | None = None
         while not self._stop.wait(min(self.interval, 1.0)):
+            if failed_at is not None and time.monotonic() - failed_at < self.interval:
+                continue  # a failure that could not be recorded (a full disk) waits too
+            failed_at = None
             try:
                 self.run_if_due()
             except StoreClosed:
                 return
-            except Exception:  # noqa: BLE001 - keep the thread; the next interval retries
-                log.exception("lifecycle pass failed")
+            except Exception as exc:  # noqa: BLE001 - keep the thread; the next interval retries
+                failed_at = time.monotonic()
+                if resource_error(exc) is not None:  # the machine's state, not a bug
+                    log.warning("lifecycle pass failed: %s; next try in %ss", exc, self.interval)
+                else:
+                    log.exception("lifecycle pass failed")
 
     def run_if_due(self) -> PassStats | None:
         """Run a pass if one is due and no other process is running one; its stats, or
@@ -398,5 +407,9 @@ class LifecycleRunner:
     def _write_state(self, state: dict[str, Any]) -> None:
         # atomic replace: a crash leaves the old state or the new one, never half of one
         tmp = self.state_path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(state))
-        os.replace(tmp, self.state_path)
+        try:
+            tmp.write_text(json.dumps(state))
+            os.replace(tmp, self.state_path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise

@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import os
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -179,3 +180,28 @@ def _replicate(url: str, body: bytes) -> None:
     answer = signed("POST", f"{url}/_/crossbeat/batchReplica", body)
     if answer.status_code != 200 or b'"error"' in answer.content:
         raise RuntimeError(f"batchReplica: {answer.status_code} {answer.text[:200]}")
+
+
+def test_the_lifecycle_pass_on_a_full_disk_waits_its_interval(tmp_path: Path) -> None:
+    """A lifecycle pass that cannot record its start (a full disk) is tried again after its
+    interval, logged as one warning line: it was retried every second, each time with a
+    traceback, and left its temporary state file behind."""
+    (tmp_path / "mnt").mkdir()
+    interval = 3
+    with small_filesystem(tmp_path / "mnt", 16) as mnt:
+        data_dir = mnt / "data"
+        config = f"[gateway]\nworkers = 1\nlifecycle_interval_seconds = {interval}\n"
+        with running_gateway(data_dir, config=config) as svc:
+            wait_until(lambda: (data_dir / "lifecycle-state.json").exists(), timeout=30,
+                       what="the first lifecycle pass")
+            fill(mnt / "filler")
+
+            def failures() -> list[datetime]:
+                return [datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f") for line in svc.output
+                        if "lifecycle pass failed" in line]
+
+            wait_until(lambda: len(failures()) >= 2, timeout=30, what="two failed lifecycle passes")
+            first, second = failures()[:2]
+            assert (second - first).total_seconds() >= interval * 0.9
+            assert not (data_dir / "lifecycle-state.tmp").exists()
+            assert [line for line in svc.output if "Traceback" in line] == []
