@@ -54,6 +54,7 @@ from __future__ import annotations
 import array
 import collections
 import contextlib
+import errno
 import fcntl
 import logging
 import os
@@ -83,6 +84,7 @@ _BOOTSTRAP = (
 _CHUNK_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 LOW_WATER = 256  # below it the pool refills whenever a CPU idles
+_FULL_DISK_PAUSE_S = 1.0  # the helper's wait before trying again on a full disk
 QUIET_S = 0.1  # above it, only after this long without a take
 QUIET_IDLE = 0.25  # ... in which others left at least this share of the machine's CPU idle
 QUIET_BATCH = 64  # ids made, synced and handed over together in a quiet time (under PIPE_BUF)
@@ -163,6 +165,8 @@ class PreparedDirs:
             return 0
         if not data and not self._gone:  # end of file: the helper is gone
             self._gone = True
+            if self._proc is not None:
+                self._proc.poll()  # reap it: no zombie until the gateway stops
             if not self._closed:
                 log.warning("the sfs directory helper for %s ended: small objects make their "
                             "own directories", self.root)
@@ -340,15 +344,26 @@ def _helper(root: str, fd: int, count: int, low: int, quiet_s: float = QUIET_S) 
                 if reader_gone.poll(quiet_s * 1000):  # else `quiet_s` passed
                     break
                 continue
-            while len(batch) < n:
-                # named before it is made: a SIGTERM in the middle of making it must not
-                # leave directories that nobody will remove (close() reads only the pipe)
-                making = new_object_id()
-                if _make(root, making):
-                    batch.append(making)
-                making = None
-            if sync and syncgroup.available():
-                syncgroup.syncfs(root_fd)  # written out before anyone gets them: see the docstring
+            try:
+                while len(batch) < n:
+                    # named before it is made: a SIGTERM in the middle of making it must not
+                    # leave directories that nobody will remove (close() reads only the pipe)
+                    making = new_object_id()
+                    if _make(root, making):
+                        batch.append(making)
+                    making = None
+                if sync and syncgroup.available():
+                    syncgroup.syncfs(root_fd)  # written out before anyone gets them: see the docstring
+            except OSError as exc:
+                if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                    raise
+                # a full disk (or no inodes left) passes: try again later, keeping what is made
+                if making is not None:
+                    shutil.rmtree(object_dir(root, making), ignore_errors=True)
+                    making = None
+                if reader_gone.poll(_FULL_DISK_PAUSE_S * 1000):
+                    break
+                continue
             os.write(fd, "".join(f"{key}\n" for key in batch).encode())  # under PIPE_BUF: whole
             policy.wrote(len(batch))
             batch.clear()

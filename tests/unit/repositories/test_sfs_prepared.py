@@ -19,6 +19,7 @@ from crossbeat.repositories.object_ids import ID_WIDTH, is_object_id
 from crossbeat.repositories.sfs import SfsRepository, SfsWriter
 from crossbeat.repositories.sfs_prepared import QUIET_BATCH, PreparedDirs, RefillPolicy
 from tests.support.procs import wait_until
+from tests.support.smallfs import small_filesystem
 
 pytestmark = pytest.mark.skipif(not syncgroup.available(), reason="syncfs(2) is Linux-only")
 
@@ -282,3 +283,28 @@ def test_without_cpu_figures_quiet_is_no_take() -> None:
     policy.target = 20
     assert policy.plan(free_share=None, now=0.05) == (0, False)
     assert policy.plan(free_share=None, now=0.2) == (12, True)
+
+
+def test_the_helper_outlasts_a_full_disk(tmp_path: Path) -> None:
+    """No inodes left (a full disk does the same to mkdir on ext4): the helper waits and
+    tries again instead of exiting for good, so the pool fills again once there is room."""
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    with small_filesystem(mnt, 8) as root:
+        repo = SfsRepository("r", root / "sfs", prepared_objects=8)
+        try:
+            take_prepared(repo)  # the helper runs
+            pid = helper_pid(repo)
+            fs = os.statvfs(root)
+            used = fs.f_files - fs.f_ffree
+            subprocess.run(["mount", "-o", f"remount,nr_inodes={used + 2}", str(root)], check=True)
+            # take what the pool holds: its refill finds no inodes
+            while repo._prepared is not None and repo._prepared.take() is not None:
+                pass
+            wait_until(lambda: os.statvfs(root).f_ffree == 0 or gone(pid), timeout=30,
+                       what="the helper out of inodes")
+            subprocess.run(["mount", "-o", "remount,nr_inodes=100000", str(root)], check=True)
+            assert take_prepared(repo)._prepared  # the same helper makes them again
+            assert helper_pid(repo) == pid and not gone(pid)
+        finally:
+            repo.close()
