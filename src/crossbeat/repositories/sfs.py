@@ -19,6 +19,7 @@ makes them ahead, at idle CPU priority (`sfs_prepared`).
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import io
 import os
@@ -133,15 +134,15 @@ def _load_siphash_key(root: Path, configured: bytes | None) -> bytes:
             return persisted
         key = configured if configured is not None else secrets.token_bytes(16)
         tmp = root / f".{REPOSITORY_INFO}.{secrets.token_hex(8)}"
-        _write_file(str(tmp), orjson.dumps({"type": "sfs", "siphashKey": key.hex()}))
         try:
+            _write_file(str(tmp), orjson.dumps({"type": "sfs", "siphashKey": key.hex()}))
             # link() fails if another process won the race; then we read its key instead.
             os.link(tmp, info_path)
             _fsync_dir(str(root))
         except FileExistsError:
             pass
         finally:
-            tmp.unlink()
+            tmp.unlink(missing_ok=True)  # also when the write failed (a full disk)
     raise RepositoryError(f"cannot establish the siphash key in {info_path}")
 
 
@@ -241,11 +242,12 @@ class SfsRepository(Repository):
         """Atomically and durably replace the manifest (temp + fsync + rename + fsync dir)."""
         obj_dir = self.object_dir(data_key)
         tmp = f"{obj_dir}/.{MANIFEST}.{secrets.token_hex(6)}"
-        _write_file(tmp, manifest.to_bytes())
         try:
+            _write_file(tmp, manifest.to_bytes())
             os.rename(tmp, f"{obj_dir}/{MANIFEST}")
         except BaseException:
-            os.unlink(tmp)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)  # also when the write failed (a full disk)
             raise
         _fsync_dir(obj_dir)
 
