@@ -114,11 +114,12 @@ class RangeReplica:
         self._bases.append(segment.base_offset)
 
     def close(self) -> None:
-        """Save the active segment's indexes and close every file (blocking)."""
+        """Save the active segment's indexes and close every file (blocking). An index that
+        cannot be saved (a full disk) is left to be rebuilt at the next open."""
         for segment in self.segments:
             if not segment.closed:
                 try:
-                    segment.write_indexes()
+                    _save_indexes(segment)
                 finally:
                     segment.close()
 
@@ -229,7 +230,7 @@ class RangeReplica:
             size = active.size
             active.fsync()
             active.synced = max(active.synced, size)
-            active.write_indexes()
+            _save_indexes(active)
         return self.next_offset
 
     def unseal(self) -> None:
@@ -301,3 +302,13 @@ class RangeServer:
         for child in base.iterdir():
             if child.is_dir() and not (child.name.isdigit() and int(child.name) in known):
                 shutil.rmtree(child, ignore_errors=True)
+
+
+def _save_indexes(segment: Segment) -> None:
+    """Write `segment`'s indexes if the disk lets us: they are derived data, checked when
+    loaded and rebuilt from the segment when missing or stale, so a full disk must not
+    stop a close or a seal."""
+    try:
+        segment.write_indexes()
+    except OSError as exc:
+        log.warning("indexes of %s not saved (rebuilt when next opened): %s", segment.log_path, exc)

@@ -22,6 +22,7 @@ round however many appends it holds (see `crossbeat.stream.flusher`).
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -35,8 +36,11 @@ from crossbeat.stream.errors import (
 from crossbeat.stream.flusher import Flusher
 from crossbeat.stream.placement import PlacementDriver, StreamMeta
 from crossbeat.stream.range_server import RangeReplica, RangeServer
+from crossbeat.stream.reserve import SpaceReserve
 from crossbeat.stream.settings import StreamSettings
 from crossbeat.stream.stream import Stream
+
+log = logging.getLogger(__name__)
 
 RECOVERY_THREADS = 8  # streams recovered in parallel (fsyncs and scans overlap)
 # The broker names a partition's stream `<topic>-<partition>`: a 249-character Kafka topic
@@ -68,6 +72,7 @@ class StreamStore:
         self._flusher = Flusher(settings.flush_max_delay_ms)
         self._streams: dict[str, Stream] = {}
         self._closed = False
+        self.reserve = SpaceReserve(data_dir / "space.reserve")
 
     @classmethod
     async def open(cls, data_dir: Path, settings: StreamSettings | None = None) -> StreamStore:
@@ -83,6 +88,7 @@ class StreamStore:
         settings = settings or StreamSettings()
         store = cls(data_dir, settings, PlacementDriver(data_dir / "placement.json"))
         await asyncio.to_thread(store._recover)
+        await asyncio.to_thread(store.reserve.make)
         store._flusher.start()
         return store
 
@@ -168,4 +174,10 @@ class StreamStore:
         """Apply retention_ms / retention_bytes to every stream (whole segments only)."""
         now = int(time.time() * 1000) if now_ms is None else now_ms
         for stream in list(self._streams.values()):
-            await stream.enforce_retention(now)
+            try:
+                await stream.enforce_retention(now)
+            except (OSError, StreamError) as exc:
+                # one stream's failure (a full disk, say) must not keep the others from
+                # freeing space; this one is tried again at the next pass
+                log.warning("retention of stream %r failed: %s", stream.name, exc)
+        await asyncio.to_thread(self.reserve.make)  # again, if a pass needed it

@@ -22,6 +22,7 @@ from crossbeat.stream.errors import OffsetOutOfRange, StoreFailed, StreamError
 from crossbeat.stream.header_walk import HeaderWalk
 from crossbeat.stream.placement import RangeInfo, StreamMeta
 from crossbeat.stream.range_server import RangeReplica
+from crossbeat.stream.reserve import NO_SPACE
 from crossbeat.stream.settings import StreamSettings
 
 if TYPE_CHECKING:
@@ -374,8 +375,14 @@ class Stream:
             active = last.active
             if cutoff is not None and active.size and active.age_timestamp_ms() < cutoff:
                 # The whole open segment has expired: roll it so it can go too (as Kafka does).
-                await last.roll()
-                self.on_synced()
+                try:
+                    await last.roll()
+                except OSError as exc:
+                    # a full disk: the older segments can still go, and free space; the roll
+                    # undid itself and is tried again at the next pass
+                    log.warning("stream %r: cannot roll its expired segment: %s", self.name, exc)
+                else:
+                    self.on_synced()
             total = self.size_bytes
             doomed: list[tuple[RangeReplica, Segment]] = []
             for replica in self._replicas:
@@ -397,7 +404,7 @@ class Stream:
             if not doomed:
                 return
             new_start = max(doomed[-1][1].next_offset, self.start_offset)
-            dropped = self._store._placement.advance_start(self.name, new_start)
+            dropped = self._advance_start(new_start)
             dropped_indexes = {r.index for r in dropped}
             for replica in list(self._replicas):
                 if replica.index in dropped_indexes:
@@ -406,6 +413,16 @@ class Stream:
                 else:
                     count = sum(1 for r, _ in doomed if r is replica)
                     replica.drop_first_segments(count)
+
+    def _advance_start(self, offset: int) -> list[RangeInfo]:
+        """Persist `offset` as the stream's start; on a full disk, with the store's reserve
+        released (see `reserve`), so that the segments below it can go and free space."""
+        try:
+            return self._store._placement.advance_start(self.name, offset)
+        except OSError as exc:
+            if exc.errno not in NO_SPACE or not self._store.reserve.release():
+                raise
+        return self._store._placement.advance_start(self.name, offset)
 
     async def delete_before(self, offset: int) -> int:
         """Advance the log start offset to `offset` (Kafka's DeleteRecords) and return the
@@ -430,7 +447,7 @@ class Stream:
                 )
             if offset <= start:
                 return start
-            dropped = {r.index for r in self._store._placement.advance_start(self.name, offset)}
+            dropped = {r.index for r in self._advance_start(offset)}
             for replica in list(self._replicas):
                 if replica.index in dropped:
                     replica.delete()

@@ -11,10 +11,18 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.compat.broker.helpers import BrokerProcess, create_topic
+from tests.support.procs import wait_until
 from tests.support.smallfs import fill, small_filesystem
 
 pytestmark = [pytest.mark.compat, pytest.mark.timeout(120)]
@@ -55,7 +63,7 @@ def produce(
 def read_all(address: str, topic: str, end: int) -> list[tuple[int, bytes]]:
     consumer = Consumer({"bootstrap.servers": address, "group.id": uuid.uuid4().hex,
                          "enable.auto.commit": False})
-    consumer.assign([TopicPartition(topic, 0, 0)])
+    consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
     got: list[tuple[int, bytes]] = []
     try:
         for _ in range(200):
@@ -147,3 +155,40 @@ def test_a_segment_roll_a_full_disk_refused_is_tried_again(broker: BrokerProcess
     after = os.urandom(60 * KiB)
     assert produce(broker.address, "rolls", [after], timeout_ms=10000) == [(17, None)]
     assert read_all(broker.address, "rolls", 18)[-1] == (17, after)
+
+
+def test_retention_frees_a_full_disk_and_the_broker_stops_cleanly_on_one(tmp_path: Path) -> None:
+    """Freeing expired segments first rewrites the placement file, which a disk with no byte
+    left refused: retention could never free it. The store keeps a few MiB in reserve for
+    that rewrite. A broker stopped on a full disk exits 0 (its indexes, derived data, are
+    rebuilt at the next start) instead of failing half-closed."""
+    (tmp_path / "mnt").mkdir()
+    config = tmp_path / "broker.toml"
+    config.write_text("[broker]\nretention_check_interval_ms = 500\n")
+    with small_filesystem(tmp_path / "mnt", 16) as mnt:
+        broker = BrokerProcess(mnt / "data", extra=["--config", str(config)])
+        broker.start()
+        try:
+            admin = AdminClient({"bootstrap.servers": broker.address})
+            topic = NewTopic("expiring", num_partitions=1, replication_factor=1,
+                             config={"segment.bytes": str(1024 * KiB), "retention.ms": "2000"})
+            admin.create_topics([topic])["expiring"].result(timeout=20)
+            producer = Producer({"bootstrap.servers": broker.address, "linger.ms": 5})
+            for _ in range(6000):  # about 6 MiB in 1 MiB segments
+                producer.produce("expiring", os.urandom(1000))
+                producer.poll(0)
+            assert producer.flush(30) == 0
+            fill(mnt / "filler")
+            wait_until(lambda: os.statvfs(mnt).f_bavail * os.statvfs(mnt).f_frsize > 4 * 1024 * KiB,
+                       timeout=60, what="retention freeing the expired segments")
+            producer.produce("expiring", os.urandom(1000))  # an active segment to close
+            assert producer.flush(30) == 0
+            fill(mnt / "filler2")
+            assert broker.stop() == 0
+            assert "not saved (rebuilt when next opened)" in broker.output()  # the disk was full
+            assert "Traceback" not in broker.output()
+            broker.start()  # and the indexes are rebuilt
+            assert read_all(broker.address, "expiring", 1)
+        finally:
+            if broker.service is not None and broker.service.proc.poll() is None:
+                broker.stop()
