@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import time
 from collections import deque
 from collections.abc import Callable
@@ -35,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from crossbeat.broker.errors import ErrorCode
+from crossbeat.broker.line_log import replace_atomically
 from crossbeat.stream import BatchHeader, Stream
 
 IN_FLIGHT = 5
@@ -235,19 +235,7 @@ class ProducerIdAllocator:
         except FileNotFoundError:
             start = 0
         limit = start + ID_BLOCK
-        tmp = self._path.with_suffix(".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            os.write(fd, b"%d\n" % limit)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, self._path)
-        dfd = os.open(self._path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
+        replace_atomically(self._path, b"%d\n" % limit)
         return start, limit
 
     async def allocate(self) -> int:

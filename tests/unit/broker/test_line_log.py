@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from crossbeat.broker.line_log import append_durably
+from crossbeat.broker.line_log import append_durably, replace_atomically
 from tests.support.smallfs import fill, small_filesystem
 
 
@@ -28,3 +28,15 @@ def test_an_append_the_disk_cuts_short_is_cut_back_off(tmp_path: Path) -> None:
             assert path.read_bytes() == b"first\nsecond\n"  # right after, no hole, no torn line
         finally:
             os.close(fd)
+
+
+def test_a_replacement_the_disk_refuses_leaves_the_old_file_and_no_temporary(tmp_path: Path) -> None:
+    (tmp_path / "mnt").mkdir()
+    with small_filesystem(tmp_path / "mnt", 1) as mnt:
+        path = mnt / "state.json"
+        replace_atomically(path, b"old\n")
+        fill(mnt / "filler")
+        with pytest.raises(OSError):
+            replace_atomically(path, b"x" * 100_000)
+        assert path.read_bytes() == b"old\n"
+        assert sorted(os.listdir(mnt)) == ["filler", "state.json"]
