@@ -31,6 +31,8 @@ def small_filesystem(mountpoint: Path, size_mib: int) -> Iterator[Path]:
 def fill(path: Path, leave: int = 0) -> None:
     """Take every byte left on `path`'s filesystem but about `leave`, in the file `path`."""
     free = os.statvfs(path.parent)
+    if free.f_blocks * free.f_frsize > 1024 * 1024 * 1024:  # not one of ours: never fill it
+        raise RuntimeError(f"{path.parent} is not a small filesystem (was it unmounted?)")
     budget = max(free.f_bavail * free.f_frsize - leave, 0) if leave else None
     fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
     try:

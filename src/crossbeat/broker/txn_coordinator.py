@@ -6,12 +6,18 @@ Every transactional id has a producer id and epoch, a timeout and a state::
     Ongoing --EndTxn--> PrepareCommit | PrepareAbort --markers written--> Complete*
 
 Each change is written to the transaction log (`txn_log.py`, fsynced) before it is acted
-on or answered. Ending a transaction: the Prepare state is made durable (the decision),
-then a COMMIT/ABORT control batch is appended durably to every partition of the
+on or answered, and takes effect in memory only once written, as in Kafka: a change the log
+refuses (a full disk) leaves the id's state as it was, and the request gets the retriable
+COORDINATOR_NOT_AVAILABLE. Ending a transaction: the Prepare state is made durable (the
+decision), then a COMMIT/ABORT control batch is appended durably to every partition of the
 transaction, then (commit only) the offsets staged by TxnOffsetCommit are committed to
 their groups, then the Complete state is written; EndTxn is answered after all of it.
-A crash in between is finished at the next open (`recover`): a PrepareCommit is committed
-again (repeated markers and offsets are harmless), anything else open is aborted.
+Markers and offset commits that succeeded are remembered (in memory) until the Complete
+state is written, so a retry after a partial failure does only the rest: one marker per
+partition per Prepare state, as Kafka's marker channel retries only the partitions that
+failed. A crash in between is finished at the next open (`recover`): a PrepareCommit is
+committed again (markers and offsets repeated once are harmless), anything else open is
+aborted.
 
 Fencing: InitProducerId for a known id bumps its epoch (aborting its open transaction with
 the new epoch first), so requests with the older epoch get PRODUCER_FENCED (the handlers
@@ -34,9 +40,11 @@ load.
 from __future__ import annotations
 
 import asyncio
+import copy
 import logging
 import time
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -81,6 +89,10 @@ class Txn:
     # this coordinator's timeout abort) rather than PRODUCER_FENCED
     previous: tuple[int, int] = (-1, -1)
     updated_ms: int = field(default_factory=lambda: _now_ms())  # its last durable change
+    # progress of ending the transaction in a Prepare state, not in the log: the partitions
+    # whose marker and the groups whose staged offsets are durable, which a retry skips
+    marked: set[Partition] = field(default_factory=set)
+    offsets_committed: set[str] = field(default_factory=set)
 
     @property
     def start_ms(self) -> int:
@@ -130,9 +142,17 @@ class TxnCoordinator:
             lock = self._locks[tid] = asyncio.Lock()
         return lock
 
-    async def _save(self, txn: Txn) -> None:
-        txn.updated_ms = _now_ms()
-        await self._broker.txn_log.write(txn.doc())
+    @staticmethod
+    def _draft(txn: Txn) -> Txn:
+        """A copy of `txn` to change and hand to `_save`."""
+        return copy.deepcopy(txn)
+
+    async def _save(self, txn: Txn, new: Txn) -> None:
+        """Make `new` (a changed `_draft` of `txn`) durable, then `txn`'s state. Raises
+        OSError if the transaction log refuses it, leaving `txn` as it was."""
+        new.updated_ms = _now_ms()
+        await self._broker.txn_log.write(new.doc())
+        txn.__dict__.update(new.__dict__)
 
     async def remove_expired(self, expiration_ms: int, now_ms: int | None = None) -> int:
         """Remove the transactional ids idle (Empty or Complete*) and unchanged for longer
@@ -196,10 +216,17 @@ class TxnCoordinator:
                     log.error("cannot finish the transaction of %r: %s", txn.tid, exc)
 
     async def _abort_fencing(self, txn: Txn) -> None:
-        await self._bump(txn)
-        txn.state = PREPARE_ABORT
-        await self._save(txn)
+        new = self._draft(txn)
+        await self._bump(new)
+        self._prepare(new, commit=False)
+        await self._save(txn, new)
         await self._complete(txn)
+
+    @staticmethod
+    def _prepare(txn: Txn, commit: bool) -> None:
+        # a new decision: its markers (with this epoch) are still all to write
+        txn.state = PREPARE_COMMIT if commit else PREPARE_ABORT
+        txn.marked, txn.offsets_committed = set(), set()
 
     async def _bump(self, txn: Txn) -> None:
         txn.previous = (txn.pid, txn.epoch)
@@ -209,29 +236,45 @@ class TxnCoordinator:
             txn.epoch += 1
 
     async def _complete(self, txn: Txn) -> None:
-        """Write the markers of a Prepare state, apply or drop staged offsets, and make the
-        Complete state durable. Raises StreamError or OSError (the state stays Prepare*)."""
+        """Write the markers of a durable Prepare state, apply or drop staged offsets, and
+        make the Complete state durable. Raises StreamError or OSError (the state stays
+        Prepare*); the markers and offset commits that succeeded are not repeated by the
+        next call."""
         commit = txn.state == PREPARE_COMMIT
-        await asyncio.gather(*(self._mark(txn, topic, index, commit)
-                               for topic, index in sorted(txn.partitions)))
+        # every marker append finishes (or fails) before this returns: one still running
+        # when a retry starts would be written twice
+        results = await asyncio.gather(*(self._mark(txn, topic, index, commit)
+                                         for topic, index in sorted(txn.partitions - txn.marked)),
+                                       return_exceptions=True)
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
         if commit:
             for group, offsets in txn.offsets.items():
+                if group in txn.offsets_committed:
+                    continue
                 entries: list[Entry] = [(t, p, o, e, m) for (t, p), (o, e, m) in offsets.items()]
                 await self._broker.offsets.commit(group, entries)
-        txn.state = COMPLETE_COMMIT if commit else COMPLETE_ABORT
-        txn.partitions, txn.groups, txn.offsets = set(), set(), {}
-        await self._save(txn)
+                txn.offsets_committed.add(group)
+        new = self._draft(txn)
+        new.state = COMPLETE_COMMIT if commit else COMPLETE_ABORT
+        new.partitions, new.groups, new.offsets = set(), set(), {}
+        new.marked, new.offsets_committed = set(), set()
+        await self._save(txn, new)
 
     async def _mark(self, txn: Txn, topic: str, index: int, commit: bool) -> None:
         b = self._broker
         stream = b.topics.partition(topic, index)
         if stream is None:  # deleted since: nothing to mark
+            txn.marked.add((topic, index))
             return
         await b.partition_txns.ensure(stream)  # built off the loop the first time
         if b.topics.partition(topic, index) is not stream:  # deleted meanwhile
+            txn.marked.add((topic, index))
             return
         txns = b.partition_txns.get(stream)  # before the append: a rebuild must not see it
         offset = await stream.append(control_batch(txn.pid, txn.epoch, commit, _now_ms()))
+        txn.marked.add((topic, index))
         txns.end(txn.pid, offset, commit)
         b.producers.marked(stream, txn.pid, txn.epoch)
 
@@ -263,6 +306,7 @@ class TxnCoordinator:
                 if txn is None:
                     pid = await self._broker.producer_ids.allocate()
                     txn = Txn(tid, pid, 0, timeout_ms)
+                    bump = False
                 elif expected[0] >= 0:
                     if expected not in ((txn.pid, txn.epoch), txn.previous):
                         return ErrorCode.PRODUCER_FENCED, -1, -1
@@ -272,19 +316,18 @@ class TxnCoordinator:
                     elif txn.state in (ONGOING, PREPARE_ABORT):
                         await self._abort_fencing(txn)  # its bump fences `expected`
                         bump = False
-                    if bump:
-                        await self._bump(txn)
-                    txn.timeout_ms = timeout_ms
-                    txn.state = EMPTY
                 else:
                     if txn.state == PREPARE_COMMIT:
                         await self._complete(txn)
                     elif txn.state in (ONGOING, PREPARE_ABORT):
                         await self._abort_fencing(txn)
-                    await self._bump(txn)
-                    txn.timeout_ms = timeout_ms
-                    txn.state = EMPTY
-                await self._save(txn)
+                    bump = True
+                new = self._draft(txn)
+                if bump:
+                    await self._bump(new)
+                new.timeout_ms = timeout_ms
+                new.state = EMPTY
+                await self._save(txn, new)
             except (OSError, StreamError) as exc:
                 log.error("InitProducerId for %r failed: %s", tid, exc)
                 return ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, -1
@@ -309,22 +352,21 @@ class TxnCoordinator:
                 if unknown:
                     return {p: (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if p in unknown
                                 else ErrorCode.OPERATION_NOT_ATTEMPTED) for p in partitions}
-                code = await self._change(txn, lambda: txn.partitions.update(partitions))
+                code = await self._change(txn, lambda new: new.partitions.update(partitions))
             return dict.fromkeys(partitions, code)
 
-    async def _change(self, txn: Txn, apply: Any) -> ErrorCode:
-        before = txn.doc()
-        code = self._begin(txn)
+    async def _change(self, txn: Txn, apply: Callable[[Txn], None]) -> ErrorCode:
+        # on a draft: until durable, a produce must not be let into a partition just added
+        new = self._draft(txn)
+        code = self._begin(new)
         if code:
             return code
-        apply()
-        if txn.doc() != before:
+        apply(new)
+        if new.doc() != txn.doc():
             try:
-                await self._save(txn)
+                await self._save(txn, new)
             except OSError as exc:
                 log.error("transaction log write for %r failed: %s", txn.tid, exc)
-                restored = Txn.from_doc(before)
-                txn.__dict__.update(restored.__dict__)
                 return ErrorCode.COORDINATOR_NOT_AVAILABLE
         return ErrorCode.NONE
 
@@ -334,7 +376,7 @@ class TxnCoordinator:
             txn, code = self._check(tid, pid, epoch)
             if txn is None:
                 return code
-            return await self._change(txn, lambda: txn.groups.add(group))
+            return await self._change(txn, lambda new: new.groups.add(group))
 
     async def stage_offsets(self, tid: str, pid: int, epoch: int, group: str,
                             entries: list[Entry]) -> ErrorCode:
@@ -347,8 +389,8 @@ class TxnCoordinator:
             if txn.state != ONGOING or group not in txn.groups:
                 return ErrorCode.INVALID_TXN_STATE
 
-            def apply() -> None:
-                staged = txn.offsets.setdefault(group, {})
+            def apply(new: Txn) -> None:
+                staged = new.offsets.setdefault(group, {})
                 for t, p, o, e, m in entries:
                     staged[(t, p)] = (o, e, m)
             return await self._change(txn, apply)
@@ -366,8 +408,9 @@ class TxnCoordinator:
                 return ErrorCode.INVALID_TXN_STATE
             try:
                 if txn.state == ONGOING:
-                    txn.state = PREPARE_COMMIT if commit else PREPARE_ABORT
-                    await self._save(txn)
+                    new = self._draft(txn)
+                    self._prepare(new, commit)
+                    await self._save(txn, new)
                 await self._complete(txn)
             except (OSError, StreamError) as exc:
                 log.error("ending the transaction of %r failed: %s", tid, exc)

@@ -5,14 +5,17 @@ transaction state, partitions, groups, staged offsets); the last line of an id w
 line `{"tid": ..., "removed": true}` removes the id (an expired one). Each
 line is fsynced before `write` returns, so the coordinator acts on a change (writes
 markers, answers the client) only once a restart would see it. A torn or corrupt tail
-(a crash mid-write) is cut at open. The file is rewritten with one line per id at open and
-whenever it holds `compact_after` lines more than ids (atomically: temporary file, fsync,
-rename, fsync of the directory).
+(a crash mid-write) is cut at open. The file is rewritten with one line per id (compacted)
+at open when it holds superseded lines, and whenever it holds `compact_after` lines more
+than ids (atomically: temporary file, fsync, rename, fsync of the directory). Compaction
+is optional: one that fails (a full disk) is logged and leaves the file as it was, without
+its temporary file, so neither a durable write nor opening the log fails for it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -43,6 +46,7 @@ class TxnLog:
     def __init__(self, directory: Path, compact_after: int = 1000) -> None:
         self._dir = directory
         self._path = directory / FILE_NAME
+        self._tmp = self._path.with_suffix(".tmp")  # replace_atomically's temporary file
         self._compact_after = compact_after
         self._docs: dict[str, dict[str, Any]] = {}
         self._lines = 0
@@ -50,9 +54,12 @@ class TxnLog:
         self._lock = asyncio.Lock()
 
     def load(self) -> dict[str, dict[str, Any]]:
-        """Read the file (cutting a bad tail), rewrite it compacted, return the documents
-        by transactional id. Blocking."""
+        """Read the file (cutting a bad tail), compact it if it holds superseded lines,
+        return the documents by transactional id. Blocking. Needs no free space: the cut is
+        a truncation, and a compaction that fails is logged and skipped."""
         self._dir.mkdir(parents=True, exist_ok=True)
+        # left by a rewrite that a crash interrupted
+        self._tmp.unlink(missing_ok=True)
         data = self._path.read_bytes() if self._path.exists() else b""
         docs, pos = read_lines(data, _decode)
         for doc in docs:
@@ -60,17 +67,42 @@ class TxnLog:
                 self._docs.pop(doc["tid"], None)
             else:
                 self._docs[doc["tid"]] = doc
+        self._fd = os.open(self._path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         if pos < len(data):
             log.warning("transaction log %s: cutting %d bytes of torn or corrupt tail",
                         self._path, len(data) - pos)
-        self._rewrite()
+            os.ftruncate(self._fd, pos)
+            os.fsync(self._fd)
+        self._lines = len(docs)
+        if self._lines > len(self._docs):
+            self._compact()
         return dict(self._docs)
 
+    def _compact(self) -> None:
+        """Rewrite the file with one line per id; a failure is logged, not raised (the
+        file stays as it was, every line of it durable)."""
+        try:
+            self._rewrite()
+        except OSError as exc:
+            log.warning("transaction log %s: compaction failed (log kept as is): %s",
+                        self._path, exc)
+
     def _rewrite(self) -> None:
-        replace_atomically(self._path, b"".join(self._line(d) for d in self._docs.values()))
-        if self._fd >= 0:
-            os.close(self._fd)
-        self._fd = os.open(self._path, os.O_WRONLY | os.O_APPEND)
+        try:
+            replace_atomically(self._path, b"".join(self._line(d) for d in self._docs.values()))
+        except OSError:
+            with contextlib.suppress(OSError):
+                self._tmp.unlink(missing_ok=True)
+            # renamed before the failure (the directory fsync): append to the new file
+            if os.stat(self._path).st_ino != os.fstat(self._fd).st_ino:
+                self._reopen()
+            raise
+        self._reopen()
+
+    def _reopen(self) -> None:
+        fd = os.open(self._path, os.O_WRONLY | os.O_APPEND)
+        os.close(self._fd)
+        self._fd = fd
         self._lines = len(self._docs)
 
     @staticmethod
@@ -85,7 +117,7 @@ class TxnLog:
             self._docs[doc["tid"]] = doc
         self._lines += 1
         if self._lines > len(self._docs) + self._compact_after:
-            self._rewrite()
+            self._compact()
 
     async def write(self, doc: dict[str, Any]) -> None:
         """Make `doc` (which names its id as "tid") the durable state of its id. Raises
