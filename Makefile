@@ -3,11 +3,11 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-DEBS := kcat s3cmd
+DEBS := kcat s3cmd faketime
 
 .PHONY: install up test lint bench clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q -U pip setuptools wheel
 	$(BIN)/pip install -q -e ".[dev,bench]"

@@ -32,16 +32,20 @@ display_name = "alice"
 
 @contextmanager
 def running_gateway(
-    data_dir: Path, *, extra_args: list[str] | None = None, config: str | None = None
+    data_dir: Path,
+    *,
+    extra_args: list[str] | None = None,
+    config: str | None = None,
+    env: dict[str, str] | None = None,
 ) -> Iterator[Service]:
-    """A gateway subprocess on a free port with the test root credentials."""
+    """A gateway subprocess on a free port with the test root credentials (and `env`)."""
     data_dir.mkdir(parents=True, exist_ok=True)
     cfg = data_dir.parent / f"{data_dir.name}.toml"
     cfg.write_text(config if config is not None else USERS_TOML)
     args = ["gateway", "--data-dir", str(data_dir), "--listen", "127.0.0.1:0", "--config", str(cfg)]
     svc = start_service(
         args + list(extra_args or []),
-        env={"CROSSBEAT_ACCESS_KEY": ROOT_AK, "CROSSBEAT_SECRET_KEY": ROOT_SK},
+        env={"CROSSBEAT_ACCESS_KEY": ROOT_AK, "CROSSBEAT_SECRET_KEY": ROOT_SK, **(env or {})},
     )
     try:
         yield svc

@@ -65,6 +65,31 @@ def new_version_id() -> str:
     return _b32(ms, 10) + _b32(counter, 7) + _b32(_rng.getrandbits(45), 9)
 
 
+def version_id_after(floor: str) -> str:
+    """A new version id greater than `floor` (an id of this form) even if the clock is behind
+    it: the clock's millisecond if that is later, else `floor`'s with a greater counter."""
+    fresh = new_version_id()
+    if fresh > floor:
+        return fresh
+    try:
+        ms, counter = _b32_value(floor[:10]), _b32_value(floor[10:17])
+    except ValueError:  # not one of ours (a replica's foreign key): compare as strings
+        return floor + _b32(_rng.getrandbits(45), 9)
+    if counter + 1 >= 1 << 35:
+        ms, counter = ms + 1, -1
+    return _b32(ms, 10) + _b32(counter + 1, 7) + _b32(_rng.getrandbits(45), 9)
+
+
+def _b32_value(text: str) -> int:
+    value = 0
+    for char in text:
+        digit = _ALPHABET.find(char)
+        if digit < 0:
+            raise ValueError(f"not Crockford base32: {text!r}")
+        value = value * 32 + digit
+    return value
+
+
 def new_upload_id() -> str:
     """A new multipart upload id: time-ordered like version ids, so listing by id is by age."""
     return new_version_id() + _b32(_rng.getrandbits(30), 6)

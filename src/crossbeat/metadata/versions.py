@@ -14,7 +14,7 @@ from typing import Any
 from crossbeat.metadata import buckets
 from crossbeat.metadata.codec import check_text, dump, load, require_str
 from crossbeat.metadata.errors import InvalidMetadata, NoSuchVersion, RevisionMismatch
-from crossbeat.metadata.ids import new_version_id
+from crossbeat.metadata.ids import new_version_id, version_id_after
 from crossbeat.metadata.store import Meta, Precondition
 from crossbeat.metadata.writer import WriteTxn
 
@@ -79,18 +79,18 @@ def _latest_after_insert(conn: sqlite3.Connection, bucket: str, key: str) -> str
     return str(row[0])
 
 
-def _identity(meta: Meta) -> tuple[str, str, str, str]:
-    """(bucket, key, versionId, sortKey) of a version to store (a fresh sortKey if it has
-    none), or InvalidMetadata."""
+def _identity(meta: Meta) -> tuple[str, str, str, str | None]:
+    """(bucket, key, versionId, sortKey or None if the store is to choose it) of a version
+    to store, or InvalidMetadata."""
     if not isinstance(meta, dict):
         raise InvalidMetadata("version metadata must be a dict")
     bucket = require_str(meta, "bucket")
     key = require_str(meta, "key")
     version_id = require_str(meta, "versionId")
-    sort_key = meta.get("sortKey") or new_version_id()
-    if not isinstance(sort_key, str):
+    sort_key = meta.get("sortKey") or None
+    if sort_key is not None and not isinstance(sort_key, str):
         raise InvalidMetadata(f"sortKey must be a string, got {sort_key!r}")
-    return bucket, key, version_id, check_text(sort_key, "sortKey")
+    return bucket, key, version_id, None if sort_key is None else check_text(sort_key, "sortKey")
 
 
 def put(
@@ -98,9 +98,15 @@ def put(
 ) -> tuple[Meta, list[Meta]]:
     """Store `meta`; returns (stored meta, displaced versions). See MetadataStore.put_version.
 
-    `bucket_checked`: the caller has seen the bucket in this transaction (skip the check).
+    A version without a sortKey (a new one: PUT, copy, Complete, a delete marker) gets one
+    that makes it the latest, as S3's last write wins: fresh from the clock, or, when the
+    clock has stepped back behind the key's latest version, just above that. A version with
+    a sortKey (a replica keeps its source's; an update of a version keeps its own) is stored
+    at it. `bucket_checked`: the caller has seen the bucket in this transaction (skip the
+    check).
     """
-    bucket, key, version_id, sort_key = _identity(meta)
+    bucket, key, version_id, given_sort_key = _identity(meta)
+    sort_key = given_sort_key or new_version_id()
     conn = txn.conn
     if not bucket_checked:
         buckets.require_exists(conn, bucket)
@@ -128,17 +134,33 @@ def put(
     stored["sortKey"] = sort_key
     stored["revision"] = revision
     is_delete_marker = bool(stored.get("isDeleteMarker", False))
-    try:
+
+    def insert() -> None:
+        try:
+            conn.execute(
+                "INSERT INTO versions(bucket, key, sort_key, version_id, is_delete_marker, doc) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                (bucket, key, stored["sortKey"], version_id, is_delete_marker, dump(stored)),
+            )
+        except sqlite3.IntegrityError as exc:
+            raise InvalidMetadata(
+                f"sortKey {stored['sortKey']!r} is already used by another version of {bucket}/{key}"
+            ) from exc
+
+    insert()
+    latest = _latest_after_insert(conn, bucket, key)
+    if given_sort_key is None and latest != sort_key:
+        # the clock stepped back (NTP, a restored VM) or another process's clock is ahead:
+        # a new version still goes on top (rare: checked after the insert, so the usual
+        # write pays no extra lookup)
         conn.execute(
-            "INSERT INTO versions(bucket, key, sort_key, version_id, is_delete_marker, doc) "
-            "VALUES (?, ?, ?, ?, ?, ?)",
-            (bucket, key, sort_key, version_id, is_delete_marker, dump(stored)),
+            "DELETE FROM versions WHERE bucket = ? AND key = ? AND sort_key = ?",
+            (bucket, key, sort_key),
         )
-    except sqlite3.IntegrityError as exc:
-        raise InvalidMetadata(
-            f"sortKey {sort_key!r} is already used by another version of {bucket}/{key}"
-        ) from exc
-    stored["isLatest"] = _latest_after_insert(conn, bucket, key) == sort_key
+        sort_key = stored["sortKey"] = version_id_after(latest)
+        insert()
+        latest = _latest_after_insert(conn, bucket, key)
+    stored["isLatest"] = latest == sort_key
     txn.append_journal("put", bucket, key, version_id, dump(stored))
     return stored, displaced
 
@@ -161,7 +183,7 @@ def put_many(txn: WriteTxn, metas: list[Meta], *, buckets_checked: bool = False)
     seen in this transaction.
     """
     conn = txn.conn
-    rows: list[tuple[str, str, str, str, bool, Meta]] = []
+    rows: list[tuple[str, str, str, str | None, bool, Meta]] = []
     for meta in metas:
         rows.append((*_identity(meta), bool(meta.get("isDeleteMarker", False)), meta))
     if not buckets_checked:
@@ -181,7 +203,9 @@ def put_many(txn: WriteTxn, metas: list[Meta], *, buckets_checked: bool = False)
     return out
 
 
-def _put_rows(txn: WriteTxn, rows: list[tuple[str, str, str, str, bool, Meta]]) -> list[list[Meta]]:
+def _put_rows(
+    txn: WriteTxn, given: list[tuple[str, str, str, str | None, bool, Meta]]
+) -> list[list[Meta]]:
     """`put_many` for at most `_GROUP_ROWS` rows; writes nothing if it raises MetadataError."""
     conn = txn.conn
     # One statement reads what the group meets: the current latest sortKey of each key that
@@ -189,13 +213,14 @@ def _put_rows(txn: WriteTxn, rows: list[tuple[str, str, str, str, bool, Meta]]) 
     # delivered again: rare). New keys return no row. (Every row fetched is a GIL hand-off
     # with the event loop, as every statement is.)
     met = conn.execute(
-        "WITH x(b, k, v) AS (VALUES " + ", ".join(["(?, ?, ?)"] * len(rows)) + ") "
+        "WITH x(b, k, v) AS (VALUES " + ", ".join(["(?, ?, ?)"] * len(given)) + ") "
         "SELECT DISTINCT x.b, x.k, l.sort_key, v.version_id FROM x "
         "JOIN latest l ON l.bucket = x.b AND l.key = x.k "
         "LEFT JOIN versions v ON v.bucket = x.b AND v.key = x.k AND v.version_id = x.v",
-        [p for row in rows for p in row[:3]],
+        [p for row in given for p in row[:3]],
     ).fetchall()
     latest = {(b, k): sort_key for b, k, sort_key, _ in met}
+    rows = _with_sort_keys(given, latest)
     found = [(b, k, v) for b, k, _, v in met if v is not None]
     if found and len({(b, k) for b, k, *_ in rows}) < len(rows):
         # a key replaced in place and written again in the group: which version was the
@@ -206,6 +231,25 @@ def _put_rows(txn: WriteTxn, rows: list[tuple[str, str, str, str, bool, Meta]]) 
     # the DELETEs below come before the INSERT that may refuse the group: undo them then
     with txn.savepoint("replace"):
         return _insert_rows(txn, rows, _take_replaced(conn, found), latest)
+
+
+def _with_sort_keys(
+    rows: list[tuple[str, str, str, str | None, bool, Meta]], latest: dict[tuple[str, str], str]
+) -> list[tuple[str, str, str, str, bool, Meta]]:
+    """The rows with a sortKey each: a new version (none given) gets one above its key's
+    latest (`latest`, before the group) and the group's earlier rows, as `put` does."""
+    top = dict(latest)
+    out: list[tuple[str, str, str, str, bool, Meta]] = []
+    for bucket, key, version_id, sort_key, is_delete_marker, meta in rows:
+        if sort_key is None:
+            sort_key = new_version_id()
+            floor = top.get((bucket, key))
+            if floor is not None and sort_key <= floor:  # the clock stepped back
+                sort_key = version_id_after(floor)
+        if sort_key > top.get((bucket, key), ""):
+            top[(bucket, key)] = sort_key
+        out.append((bucket, key, version_id, sort_key, is_delete_marker, meta))
+    return out
 
 
 def _take_replaced(conn: sqlite3.Connection, found: list[Any]) -> dict[tuple[str, str, str], Meta]:

@@ -322,21 +322,20 @@ def _etag_matches(header: str, etag: str) -> bool:
     return False
 
 
-def versioning_ids(bucket: Bucket) -> tuple[str, str]:
-    """(versionId, sortKey) for a new version: a fresh id when Enabled, else "null"."""
-    sort_key = new_version_id()
-    return (sort_key if bucket.versioning == "Enabled" else "null"), sort_key
+def new_version_id_for(bucket: Bucket) -> str:
+    """The versionId of a new version: a fresh id when versioning is Enabled, else "null".
+    Its sortKey, its place among the key's versions, is the metadata store's to choose (on
+    top, whatever the clock says)."""
+    return new_version_id() if bucket.versioning == "Enabled" else "null"
 
 
 def delete_marker(bucket: Bucket, key: str, replication_info: dict[str, Any] | None = None) -> dict[str, Any]:
     """The metadata of a new delete marker for `key`, what DELETE without a versionId writes
     in a versioned or suspended bucket (a "null" marker when suspended)."""
-    version_id, sort_key = versioning_ids(bucket)
     return {
         "bucket": bucket.name,
         "key": key,
-        "versionId": version_id,
-        "sortKey": sort_key,
+        "versionId": new_version_id_for(bucket),
         "isLatest": True,
         "isDeleteMarker": True,
         "size": 0,

@@ -37,6 +37,7 @@ from crossbeat.s3.objectmeta import (
     checksum_headers,
     delete_marker,
     iso_now,
+    new_version_id_for,
     object_headers,
     parse_http_date,
     parse_iso,
@@ -49,7 +50,6 @@ from crossbeat.s3.objectmeta import (
     storage_class_header,
     system_headers,
     user_metadata,
-    versioning_ids,
 )
 from crossbeat.s3.put_batcher import BuildMeta
 from crossbeat.s3.replication import replication_info
@@ -169,12 +169,10 @@ def new_meta(
     user_meta: dict[str, str],
     sys_headers: dict[str, str],
 ) -> dict[str, Any]:
-    version_id, sort_key = versioning_ids(bucket)
     return {
         "bucket": bucket.name,
         "key": key,
-        "versionId": version_id,
-        "sortKey": sort_key,
+        "versionId": new_version_id_for(bucket),
         "isLatest": True,
         "isDeleteMarker": False,
         "size": size,
