@@ -6,17 +6,23 @@ table is rebuilt from the store alone on start:
 
 - `crossbeat.topic`: the topic name,
 - `crossbeat.partition`: this stream's partition index,
-- `crossbeat.partitions`: the topic's partition count (a crash half way through creating a
-  topic or adding partitions is repaired on start by creating the missing partitions).
+- `crossbeat.partitions`: the topic's partition count.
+
+A topic's streams are created, and deleted, all in one placement write (`StreamStore.
+create_streams` / `delete_streams`), so a failure or a crash leaves all or none of them.
+Start still creates partitions missing below the recorded count (left by versions that
+created them one by one).
 
 Partition 0's stream holds the authoritative copy of the Kafka configs: an alter writes it
-first, so a crash part way through an alter is finished on start by copying partition 0's
+last, so an alter that fails or crashes part way is undone on start by copying partition 0's
 configs to the others.
+
+A change the disk refuses (full, out of inodes) is TopicError(KAFKA_STORAGE_ERROR), as Kafka
+answers for a failed log directory, and leaves the topic as it was.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import re
 import uuid
@@ -26,7 +32,6 @@ from crossbeat.broker.errors import ErrorCode
 from crossbeat.broker.recompress import missing_codec_library
 from crossbeat.broker.topic_configs import choice_config_error, numeric_config_error
 from crossbeat.stream import Stream, StreamStore
-from crossbeat.stream.errors import StreamExists, StreamNotFound
 from crossbeat.stream.settings import StreamSettings
 
 log = logging.getLogger(__name__)
@@ -150,6 +155,13 @@ def _kafka_configs(config: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in config.items() if k not in _INTERNAL_KEYS}
 
 
+def _storage_error(what: str, exc: OSError) -> TopicError:
+    """The TopicError for a change `what` the disk refused (logged, since the operator
+    must free space)."""
+    log.error("%s: %s", what, exc)
+    return TopicError(ErrorCode.KAFKA_STORAGE_ERROR, f"{what}: {exc.strerror or exc}")
+
+
 def _write_configs(stream: Stream, configs: dict[str, str]) -> None:
     """Replace `stream`'s Kafka configs, keeping its bookkeeping keys (blocking, durable)."""
     config = {k: v for k, v in stream.config.items() if k in _INTERNAL_KEYS}
@@ -182,6 +194,8 @@ class Topics:
                 continue
             found.setdefault(topic, {})[index] = stream
             counts[topic] = max(counts.get(topic, 0), count)
+        # The repairs below write to the disk; one the disk refuses is logged and tried
+        # again at the next start: refusing to start would take every topic offline.
         for topic, streams in found.items():
             configs = _kafka_configs(streams[min(streams)].config)
             partitions: list[Stream] = []
@@ -190,25 +204,43 @@ class Topics:
                 if stream is None:
                     log.warning("topic %s lacks partition %d (interrupted create); creating it",
                                 topic, index)
-                    stream = self._create_stream(topic, index, counts[topic], configs)
+                    try:
+                        [stream] = self._create_streams(topic, [index], counts[topic], configs)
+                    except OSError as exc:
+                        log.error("topic %s: cannot create missing partition %d (%s); serving "
+                                  "only the %d before it until a restart can", topic, index, exc,
+                                  index)
+                        break
                 elif _kafka_configs(stream.config) != configs:
                     log.warning("topic %s partition %d has stale configs (interrupted alter); "
                                 "updating it", topic, index)
-                    _write_configs(stream, configs)
+                    try:
+                        _write_configs(stream, configs)
+                    except OSError as exc:
+                        log.error("topic %s partition %d: cannot update its stale configs (%s); "
+                                  "its retention and segment limits stay stale until a restart "
+                                  "can", topic, index, exc)
                 partitions.append(stream)
+            if not partitions:
+                log.error("topic %s is not served until its partition 0 can be created", topic)
+                continue
             self._topics[topic] = Topic(topic, partitions, configs)
             self._by_collision_key.setdefault(collision_key(topic), topic)
 
-    def _create_stream(self, topic: str, index: int, count: int, configs: dict[str, str]) -> Stream:
-        config = dict(configs)
-        config.update({TOPIC_KEY: topic, PARTITION_KEY: str(index), PARTITIONS_KEY: str(count)})
-        try:
-            return self._store.create_stream(stream_name(topic, index), config)
-        except StreamExists:
+    def _create_streams(self, topic: str, indexes: list[int], count: int,
+                        configs: dict[str, str]) -> list[Stream]:
+        """Create partitions `indexes` of `topic`, all or none; OSError if the disk refuses."""
+        names = [stream_name(topic, index) for index in indexes]
+        leftovers = [name for name in names if self._store.get_stream(name) is not None]
+        if leftovers:
             # left over from a topic deleted while a reader held it, or a name collision
-            # with another topic's partition; reuse is wrong, so replace it
-            self._store.delete_stream(stream_name(topic, index))
-            return self._store.create_stream(stream_name(topic, index), config)
+            # with another topic's partition; reuse is wrong, so replace them
+            self._store.delete_streams(leftovers)
+        return self._store.create_streams([
+            (name, {**configs, TOPIC_KEY: topic, PARTITION_KEY: str(index),
+                    PARTITIONS_KEY: str(count)})
+            for name, index in zip(names, indexes, strict=True)
+        ])
 
     def get(self, name: str) -> Topic | None:
         return self._topics.get(name)
@@ -231,7 +263,8 @@ class Topics:
 
     def create(self, name: str, num_partitions: int, configs: dict[str, str] | None = None,
                *, validate_only: bool = False) -> Topic | None:
-        """Create topic `name`; raises TopicError (exists, bad name, bad count or config).
+        """Create topic `name`; raises TopicError (exists, bad name, bad count or config;
+        KAFKA_STORAGE_ERROR if the disk refuses, creating nothing).
 
         A name that differs from an existing topic's only in '.' versus '_' is refused with
         INVALID_TOPIC_EXCEPTION, as Kafka does (see `collision_key`).
@@ -250,8 +283,11 @@ class Topics:
         check_configs(configs)
         if validate_only:
             return None
-        partitions = [self._create_stream(name, i, num_partitions, configs)
-                      for i in range(num_partitions)]
+        try:
+            partitions = self._create_streams(name, list(range(num_partitions)), num_partitions,
+                                              configs)
+        except OSError as exc:
+            raise _storage_error(f"could not create topic {name!r}", exc) from exc
         topic = Topic(name, partitions, configs)
         self._topics[name] = topic
         self._by_collision_key[collision_key(name)] = name
@@ -262,8 +298,9 @@ class Topics:
         """Grow topic `name` to `count` partitions (new ones empty, with the topic's
         configs); raises TopicError: UNKNOWN_TOPIC_OR_PARTITION, or INVALID_PARTITIONS with
         Kafka's controller's message for a count that is not an increase (or above
-        MAX_PARTITIONS). Each new stream records `count`, so a crash part way is finished
-        on start. Readers see the new partitions at once (Metadata, Produce, Fetch)."""
+        MAX_PARTITIONS), or KAFKA_STORAGE_ERROR if the disk refuses (adding none). The new
+        streams are created all at once and each records `count`. Readers see the new
+        partitions at once (Metadata, Produce, Fetch)."""
         topic = self._topics.get(name)
         if topic is None:
             raise TopicError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
@@ -281,15 +318,18 @@ class Topics:
                              f"number of partitions must be 1-{MAX_PARTITIONS}, not {count}")
         if validate_only:
             return
-        for index in range(current, count):
-            # appended one by one: a failure leaves the topic consistent with its streams
-            topic.partitions.append(self._create_stream(name, index, count, topic.configs))
+        try:
+            added = self._create_streams(name, list(range(current, count)), count, topic.configs)
+        except OSError as exc:
+            raise _storage_error(f"could not add partitions to topic {name!r}", exc) from exc
+        topic.partitions.extend(added)
         log.info("topic %s grew from %d to %d partitions", name, current, count)
 
     def alter_configs(self, name: str, configs: dict[str, str], *,
                       validate_only: bool = False) -> None:
         """Replace topic `name`'s explicit configs by `configs` (checked as on create);
-        raises TopicError (unknown topic, bad config). Persisted before returning; takes
+        raises TopicError (unknown topic, bad config; KAFKA_STORAGE_ERROR if the disk
+        refuses, the old configs staying in force). Persisted before returning; takes
         effect on the next produce (size, codec, timestamp type, min ISR) and the next
         retention pass or segment roll (retention and segment limits)."""
         topic = self._topics.get(name)
@@ -300,16 +340,38 @@ class Topics:
         check_configs(configs)
         if validate_only or configs == topic.configs:
             return
-        for stream in topic.partitions:  # partition 0 first: it is the copy _load trusts
-            _write_configs(stream, configs)
+        old = topic.configs
+        written: list[Stream] = []
+        try:
+            # partition 0 last: it is the copy _load trusts, so until it is written a
+            # restart restores the old configs to the others
+            for stream in [*topic.partitions[1:], topic.partitions[0]]:
+                _write_configs(stream, configs)
+                written.append(stream)
+        except OSError as exc:
+            error = _storage_error(f"could not alter configs of topic {name!r}", exc)
+            try:
+                for stream in written:
+                    _write_configs(stream, old)
+            except OSError as undo:
+                log.error("topic %s: cannot restore the old configs of every partition (%s); "
+                          "the next start restores them", name, undo)
+            raise error from exc
         topic.configs = configs
         log.info("altered configs of topic %s: %s", name, configs)
 
     def delete(self, name: str) -> None:
-        """Delete topic `name` and its data; raises TopicError(UNKNOWN_TOPIC_OR_PARTITION)."""
-        topic = self._topics.pop(name, None)
+        """Delete topic `name` and its data; raises TopicError: UNKNOWN_TOPIC_OR_PARTITION,
+        or KAFKA_STORAGE_ERROR if the disk refuses (the topic then stays, whole)."""
+        topic = self._topics.get(name)
         if topic is None:
             raise TopicError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {name!r}")
+        try:
+            self._store.delete_streams([s.name for s in topic.partitions
+                                        if self._store.get_stream(s.name) is not None])
+        except OSError as exc:
+            raise _storage_error(f"could not delete topic {name!r}", exc) from exc
+        del self._topics[name]
         key = collision_key(name)
         if self._by_collision_key.get(key) == name:
             del self._by_collision_key[key]
@@ -317,7 +379,4 @@ class Topics:
             survivor = next((t for t in self._topics if collision_key(t) == key), None)
             if survivor is not None:
                 self._by_collision_key[key] = survivor
-        for stream in topic.partitions:
-            with contextlib.suppress(StreamNotFound):
-                self._store.delete_stream(stream.name)
         log.info("deleted topic %s", name)

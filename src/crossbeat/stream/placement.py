@@ -107,15 +107,21 @@ class PlacementDriver:
         }
         data = json.dumps(doc, indent=1, sort_keys=True).encode()
         tmp = self.path.with_name(self.path.name + ".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, self.path)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view) :]
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, self.path)
+        except BaseException:
+            # a write the disk refused part way leaves a partial temp file holding space
+            # that the next write (or an undo) may need
+            tmp.unlink(missing_ok=True)
+            raise
         _fsync_dir(self.path.parent)
 
     # ---- operations (each persisted before it returns) ---------------------------------
@@ -126,28 +132,57 @@ class PlacementDriver:
         return meta
 
     def create_stream(self, name: str, config: dict[str, str]) -> StreamMeta:
-        if name in self.streams:
-            raise StreamExists(f"stream {name!r} already exists")
-        meta = StreamMeta(self.next_id, name, dict(config), 0, [RangeInfo(0, 0, None, False)])
-        self.streams[name] = meta
-        self.next_id += 1
-        try:
-            self._persist()
-        except BaseException:
-            del self.streams[name]
-            self.next_id -= 1
-            raise
+        [meta] = self.plan_streams([(name, config)])
+        self.add_streams([meta])
         return meta
 
-    def delete_stream(self, name: str) -> StreamMeta:
-        meta = self.get(name)
-        del self.streams[name]
+    def plan_streams(self, specs: list[tuple[str, dict[str, str]]]) -> list[StreamMeta]:
+        """The metadata new streams `specs` ((name, config) pairs) would get, ids included,
+        without recording anything (`add_streams` does). StreamExists if a name is taken
+        or given twice."""
+        metas: list[StreamMeta] = []
+        names: set[str] = set()
+        for offset, (name, config) in enumerate(specs):
+            if name in self.streams or name in names:
+                raise StreamExists(f"stream {name!r} already exists")
+            names.add(name)
+            metas.append(StreamMeta(self.next_id + offset, name, dict(config), 0,
+                                    [RangeInfo(0, 0, None, False)]))
+        return metas
+
+    def add_streams(self, metas: list[StreamMeta]) -> None:
+        """Record streams just planned by `plan_streams`, all in one write: after a failure
+        or a crash none of them exists."""
+        if any(m.id != self.next_id + i or m.name in self.streams for i, m in enumerate(metas)):
+            raise StreamError("streams were created since these were planned")
+        for meta in metas:
+            self.streams[meta.name] = meta
+        self.next_id += len(metas)
         try:
             self._persist()
         except BaseException:
-            self.streams[name] = meta
+            for meta in metas:
+                del self.streams[meta.name]
+            self.next_id -= len(metas)
             raise
+
+    def delete_stream(self, name: str) -> StreamMeta:
+        [meta] = self.delete_streams([name])
         return meta
+
+    def delete_streams(self, names: list[str]) -> list[StreamMeta]:
+        """Forget streams `names`, all in one write (all or none); StreamNotFound if one
+        does not exist."""
+        metas = [self.get(name) for name in dict.fromkeys(names)]
+        for meta in metas:
+            del self.streams[meta.name]
+        try:
+            self._persist()
+        except BaseException:
+            for meta in metas:
+                self.streams[meta.name] = meta
+            raise
+        return metas
 
     def update_config(self, name: str, config: dict[str, str]) -> None:
         meta = self.get(name)

@@ -140,32 +140,69 @@ class StreamStore:
     # ---- streams -----------------------------------------------------------------------
     def create_stream(self, name: str, config: dict[str, str] | None = None) -> Stream:
         """Create an empty stream (blocking: persists the placement file). StreamExists if present."""
-        validate_name(name)
+        [stream] = self.create_streams([(name, config or {})])
+        return stream
+
+    def create_streams(self, specs: list[tuple[str, dict[str, str]]]) -> list[Stream]:
+        """Create empty streams `specs` ((name, config) pairs), all or none (blocking).
+
+        StreamExists if a name is present or given twice. The replica directories are made
+        first and one placement write then records every stream, so a failure (OSError:
+        the disk is full or out of inodes) leaves no stream behind, in memory or on disk,
+        and a crash before that write leaves only empty directories the placement does not
+        name. Raises the failure after removing the directories this call made.
+        """
+        for name, config in specs:
+            validate_name(name)
+            if not all(isinstance(k, str) and isinstance(v, str) for k, v in config.items()):
+                raise InvalidStreamName("stream config keys and values must be strings")
         if self._closed:
             raise StoreClosed("the stream store is closed")
-        if config is not None and not all(
-            isinstance(k, str) and isinstance(v, str) for k, v in config.items()
-        ):
-            raise InvalidStreamName("stream config keys and values must be strings")
-        meta = self._placement.create_stream(name, config or {})
-        replica = self._range_server.create_replica(meta.id, meta.ranges[0])
-        stream = Stream(self, meta, [replica])
-        self._streams[name] = stream
-        return stream
+        metas = self._placement.plan_streams(specs)
+        rs = self._range_server
+        made: list[int] = []  # ids whose directory this call created
+        replicas: list[RangeReplica] = []
+        try:
+            for meta in metas:
+                if not rs.replica_dir(meta.id, 0).parent.exists():
+                    made.append(meta.id)
+                replicas.append(rs.create_replica(meta.id, meta.ranges[0]))
+            self._placement.add_streams(metas)
+        except BaseException:
+            for replica in replicas:
+                for segment in replica.segments:
+                    segment.close()  # not replica.close(): that writes indexes
+            # a directory that was there before is not ours to remove: see remove_orphans
+            for stream_id in made:
+                rs.drop_stream(stream_id)
+            raise
+        streams = [Stream(self, meta, [replica]) for meta, replica in zip(metas, replicas, strict=True)]
+        for stream in streams:
+            self._streams[stream.name] = stream
+        return streams
 
     def get_stream(self, name: str) -> Stream | None:
         return self._streams.get(name)
 
     def delete_stream(self, name: str) -> None:
         """Remove the stream and its data; waiting appends fail with StreamNotFound."""
-        stream = self._streams.get(name)
-        if stream is None:
-            raise StreamNotFound(f"stream {name!r} does not exist")
-        meta = self._placement.delete_stream(name)
-        del self._streams[name]
-        stream._mark_gone(StreamNotFound(f"stream {name!r} was deleted"))
-        stream._delete_files()
-        self._range_server.drop_stream(meta.id)
+        self.delete_streams([name])
+
+    def delete_streams(self, names: list[str]) -> None:
+        """Remove streams `names` and their data, all or none: one placement write forgets
+        them all, and only then are they dropped from memory and their files deleted (so
+        an OSError from that write changes nothing). StreamNotFound if one does not exist;
+        waiting appends fail with StreamNotFound."""
+        names = list(dict.fromkeys(names))
+        for name in names:
+            if name not in self._streams:
+                raise StreamNotFound(f"stream {name!r} does not exist")
+        metas = self._placement.delete_streams(names)
+        for meta in metas:
+            stream = self._streams.pop(meta.name)
+            stream._mark_gone(StreamNotFound(f"stream {meta.name!r} was deleted"))
+            stream._delete_files()
+            self._range_server.drop_stream(meta.id)
 
     def streams(self) -> list[str]:
         return sorted(self._streams)

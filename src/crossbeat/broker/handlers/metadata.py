@@ -2,9 +2,11 @@
 
 `topics = null` (v1+) or an empty list at v0 means every topic. A topic is created when the
 client allows it (always at v0-v3, `allow_auto_topic_creation` from v4) and the broker's
-`auto_create_topics` setting is on. v10+ carries topic ids; v12+ may ask for a topic by id
-alone (a null name: how KIP-848 consumers resolve their assignment), and an unknown id is
-UNKNOWN_TOPIC_ID with a null name.
+`auto_create_topics` setting is on; a creation that fails gives the topic that failure's
+error, as Kafka's broker did when it created topics itself (KAFKA_STORAGE_ERROR when the
+disk refuses it, which a producer waits out: it asks again). v10+ carries topic ids; v12+
+may ask for a topic by id alone (a null name: how KIP-848 consumers resolve their
+assignment), and an unknown id is UNKNOWN_TOPIC_ID with a null name.
 """
 
 from __future__ import annotations
