@@ -36,7 +36,7 @@ from crossbeat.stream.errors import (
 from crossbeat.stream.flusher import Flusher
 from crossbeat.stream.placement import PlacementDriver, StreamMeta
 from crossbeat.stream.range_server import RangeReplica, RangeServer
-from crossbeat.stream.reserve import SpaceReserve
+from crossbeat.stream.reserve import NO_SPACE, SpaceReserve
 from crossbeat.stream.settings import StreamSettings
 from crossbeat.stream.stream import Stream
 
@@ -197,12 +197,20 @@ class StreamStore:
         for name in names:
             if name not in self._streams:
                 raise StreamNotFound(f"stream {name!r} does not exist")
-        metas = self._placement.delete_streams(names)
+        try:
+            metas = self._placement.delete_streams(names)
+        except OSError as exc:
+            # deleting a topic is how an operator frees a full disk: spend the reserve on
+            # the placement write that must come first (see `reserve`)
+            if exc.errno not in NO_SPACE or not self.reserve.release():
+                raise
+            metas = self._placement.delete_streams(names)
         for meta in metas:
             stream = self._streams.pop(meta.name)
             stream._mark_gone(StreamNotFound(f"stream {meta.name!r} was deleted"))
             stream._delete_files()
             self._range_server.drop_stream(meta.id)
+        self.reserve.make()  # again, now that there may be room
 
     def streams(self) -> list[str]:
         return sorted(self._streams)
