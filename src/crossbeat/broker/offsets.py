@@ -97,6 +97,7 @@ class OffsetStore:
         self._dir = directory
         self._path = directory / FILE_NAME
         self._compact_after = compact_after
+        self._compact_at = compact_after  # line count that triggers the next compaction
         self._groups: dict[str, _Group] = {}
         self._lines = 0
         self._fd = -1
@@ -257,11 +258,15 @@ class OffsetStore:
                 self._written(doc)
                 if fut is not None and not fut.done():
                     fut.set_result(None)
-            if self._lines > self._compact_after:
+            if self._lines > self._compact_at:
                 try:
                     await asyncio.to_thread(self._compact, self._snapshot())
+                    self._compact_at = self._compact_after
                 except OSError as exc:
-                    log.error("offsets log compaction failed (log kept as is): %s", exc)
+                    # not again at every commit while the disk is full: after as many lines
+                    self._compact_at = self._lines + self._compact_after
+                    log.error("offsets log compaction failed (log kept as is; tried again after "
+                              "%d more lines): %s", self._compact_after, exc)
 
     def _written(self, doc: dict[str, Any]) -> None:
         group = doc["g"]

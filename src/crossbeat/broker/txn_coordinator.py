@@ -62,6 +62,7 @@ EMPTY, ONGOING = "Empty", "Ongoing"
 PREPARE_COMMIT, PREPARE_ABORT = "PrepareCommit", "PrepareAbort"
 COMPLETE_COMMIT, COMPLETE_ABORT = "CompleteCommit", "CompleteAbort"
 _IDLE = (EMPTY, COMPLETE_COMMIT, COMPLETE_ABORT)
+STUCK_LOG_INTERVAL_S = 60.0  # how often a transaction that cannot be finished is logged
 MAX_EPOCH = 32766  # Kafka bumps to a new producer id rather than reach Short.MAX_VALUE
 
 Partition = tuple[str, int]
@@ -135,12 +136,23 @@ class TxnCoordinator:
         self._txns = {tid: Txn.from_doc(doc) for tid, doc in docs.items()}
         # one lock per id while anyone holds or awaits it (weak: an idle id's goes away)
         self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
+        self._stuck_logged: dict[str, float] = {}  # tid -> when we last said it is stuck
 
     def _lock(self, tid: str) -> asyncio.Lock:
         lock = self._locks.get(tid)
         if lock is None:
             lock = self._locks[tid] = asyncio.Lock()
         return lock
+
+    def _stuck(self, tid: str, exc: BaseException) -> None:
+        """Log that `tid`'s transaction cannot be finished: at once, then at most once a
+        minute while it stays so (the sweep retries every 100 ms, and a full disk would
+        otherwise fill the log as well)."""
+        now = time.monotonic()
+        last = self._stuck_logged.get(tid)
+        if last is None or now - last >= STUCK_LOG_INTERVAL_S:
+            self._stuck_logged[tid] = now
+            log.error("cannot finish the transaction of %r (retried until it can): %s", tid, exc)
 
     @staticmethod
     def _draft(txn: Txn) -> Txn:
@@ -194,7 +206,9 @@ class TxnCoordinator:
                                  txn.tid)
                         await self._abort_fencing(txn)
                 except (OSError, StreamError) as exc:
-                    log.error("cannot finish the transaction of %r: %s", txn.tid, exc)
+                    self._stuck(txn.tid, exc)
+                else:
+                    self._stuck_logged.pop(txn.tid, None)
 
     async def expire(self, now_ms: int | None = None) -> None:
         """Abort (with a bumped epoch) every transaction open longer than its timeout, and
@@ -213,7 +227,9 @@ class TxnCoordinator:
                                  txn.tid, txn.timeout_ms)
                         await self._abort_fencing(txn)
                 except (OSError, StreamError) as exc:
-                    log.error("cannot finish the transaction of %r: %s", txn.tid, exc)
+                    self._stuck(txn.tid, exc)
+                else:
+                    self._stuck_logged.pop(txn.tid, None)
 
     async def _abort_fencing(self, txn: Txn) -> None:
         new = self._draft(txn)

@@ -50,6 +50,7 @@ class TxnLog:
         self._compact_after = compact_after
         self._docs: dict[str, dict[str, Any]] = {}
         self._lines = 0
+        self._postponed = 0  # superseded lines a failed compaction left: wait for as many more
         self._fd = -1
         self._lock = asyncio.Lock()
 
@@ -84,8 +85,10 @@ class TxnLog:
         try:
             self._rewrite()
         except OSError as exc:
-            log.warning("transaction log %s: compaction failed (log kept as is): %s",
-                        self._path, exc)
+            # not again at every append while the disk is full: after as many new lines
+            self._postponed = self._lines - len(self._docs)
+            log.warning("transaction log %s: compaction failed (log kept as is; tried again "
+                        "after %d more lines): %s", self._path, self._compact_after, exc)
 
     def _rewrite(self) -> None:
         try:
@@ -104,6 +107,7 @@ class TxnLog:
         os.close(self._fd)
         self._fd = fd
         self._lines = len(self._docs)
+        self._postponed = 0
 
     @staticmethod
     def _line(doc: dict[str, Any]) -> bytes:
@@ -116,7 +120,7 @@ class TxnLog:
         else:
             self._docs[doc["tid"]] = doc
         self._lines += 1
-        if self._lines > len(self._docs) + self._compact_after:
+        if self._lines > len(self._docs) + self._compact_after + self._postponed:
             self._compact()
 
     async def write(self, doc: dict[str, Any]) -> None:

@@ -156,6 +156,9 @@ def test_markers_the_disk_refused_are_retried_only_where_they_failed(
     with pytest.raises(KafkaException):
         producer.commit_transaction(4)
     assert high_watermarks(broker.address, "tx", 2) == [before[0] + 1, before[1]]
+    # the coordinator retried every 0.1 s meanwhile, and said so once (a full disk must not
+    # fill the log too)
+    assert broker.output().count("cannot finish the transaction") == 1
 
     filler.unlink()
     producer.commit_transaction(30)

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from pathlib import Path
 
+import pytest
+
 from crossbeat.broker.offsets import FILE_NAME, OffsetStore
+from tests.support.smallfs import fill, small_filesystem
 
 
 def test_commit_reopen_torn_tail_and_compaction(tmp_path: Path) -> None:
@@ -36,3 +40,28 @@ def test_commit_reopen_torn_tail_and_compaction(tmp_path: Path) -> None:
     asyncio.run(second())
     assert log.read_bytes().endswith(b"\n")
     assert len(log.read_bytes().splitlines()) < 8  # compacted
+
+
+def test_a_compaction_the_full_disk_refuses_waits_for_as_many_lines(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Commits whose lines still fit in the log's last page go on while the disk is full,
+    but the compaction they trigger cannot: it was tried again (and logged) at every commit;
+    now after as many more lines as the compaction threshold."""
+    (tmp_path / "mnt").mkdir()
+    with small_filesystem(tmp_path / "mnt", 1) as mnt:
+
+        async def run() -> None:
+            store = await OffsetStore.open(mnt, compact_after=5)
+            await store.commit("g", [("t", 0, 0, -1, None)])
+            fill(mnt / "filler")
+            for offset in range(1, 21):  # 20 small lines: room in the last page
+                await store.commit("g", [("t", 0, offset, -1, None)])
+            c = store.get("g", "t", 0)
+            assert c is not None and c.offset == 20
+            await store.close()
+
+        with caplog.at_level(logging.ERROR, logger="crossbeat.broker.offsets"):
+            asyncio.run(run())
+    failures = [r for r in caplog.records if "compaction failed" in r.getMessage()]
+    assert 1 <= len(failures) <= 3
