@@ -8,12 +8,15 @@ chunks, and deleted idempotently. Object metadata points at data with a `Locatio
 from __future__ import annotations
 
 import abc
+import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from types import TracebackType
 
 from crossbeat.repositories.errors import RepositoryError
 from crossbeat.repositories.location import Location
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -127,8 +130,10 @@ class Repository(abc.ABC):
         """Remove leftovers older than `older_than_s` seconds; return the removed ids.
 
         Leftovers are incomplete objects (no committed manifest: a crashed or abandoned
-        write) and committed objects for which `referenced(data_key)` is False. The age
-        bound also protects committed objects whose metadata is still being written.
+        write) that `referenced(data_key)` does not name, and committed objects it does not
+        name. The age bound also protects committed objects whose metadata is still being
+        written. Committed objects go only if `orphans_plausible` says their number looks
+        like a crash's leftovers; otherwise none goes and the reason is logged.
         """
 
     def stat(self, data_key: str) -> ObjectStat | None:
@@ -164,3 +169,27 @@ class Repository(abc.ABC):
 
     def close(self) -> None:  # noqa: B027 - optional hook, most repositories hold nothing
         """Release clients and file handles; the default holds none."""
+
+
+# A crash leaves unreferenced only the objects being written or freed at that moment: a few.
+# Many more, or every object, means the metadata was lost, emptied or rolled back (a bad
+# restore, a damaged WAL): deleting them then would destroy what the restored metadata needs.
+ORPHAN_FLOOR = 100
+ORPHAN_SHARE = 0.05
+
+
+def orphans_plausible(unreferenced: int, committed: int) -> bool:
+    """Whether `unreferenced` committed objects out of `committed` look like the leftovers
+    of crashes: at most ORPHAN_FLOOR, or ORPHAN_SHARE of all. (Metadata that names nothing
+    at all is the caller's to notice: see `Gateway.cleanup`.)"""
+    return unreferenced <= max(ORPHAN_FLOOR, ORPHAN_SHARE * committed)
+
+
+def refuse_orphans(repo: str, unreferenced: int, committed: int) -> None:
+    """Log why a cleanup keeps `unreferenced` objects the metadata does not name."""
+    log.error(
+        "cleanup of repository %r: %d of its %d objects are named by no metadata, more than a "
+        "crash leaves: keeping them all. If the metadata was lost or restored from an older "
+        "copy, restore the right one; if they are really unwanted, delete them by hand.",
+        repo, unreferenced, committed,
+    )

@@ -22,7 +22,13 @@ import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
-from crossbeat.repositories.base import ObjectStat, ObjectWriter, Repository
+from crossbeat.repositories.base import (
+    ObjectStat,
+    ObjectWriter,
+    Repository,
+    orphans_plausible,
+    refuse_orphans,
+)
 from crossbeat.repositories.errors import NoSuchData, RepositoryError
 from crossbeat.repositories.location import Location
 from crossbeat.repositories.object_ids import (
@@ -247,10 +253,14 @@ class S3Repository(Repository):
                         removed.append(data_key)
         except (ClientError, BotoCoreError) as exc:
             raise self._fail("cleanup", self.prefix, exc) from exc
-        for data_key, modified in list(self._list()):
-            if modified <= cutoff and not referenced(data_key):
-                self.delete(data_key)
-                removed.append(data_key)
+        committed = list(self._list())
+        unreferenced = [key for key, modified in committed if modified <= cutoff and not referenced(key)]
+        if not orphans_plausible(len(unreferenced), len(committed)):
+            refuse_orphans(self.name, len(unreferenced), len(committed))
+            return removed
+        for data_key in unreferenced:
+            self.delete(data_key)
+            removed.append(data_key)
         return removed
 
     def close(self) -> None:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import io
+import logging
 import os
 import secrets
 import shutil
@@ -33,7 +34,13 @@ import orjson
 from siphash24 import siphash24
 
 from crossbeat.repositories import syncgroup
-from crossbeat.repositories.base import ObjectStat, ObjectWriter, Repository
+from crossbeat.repositories.base import (
+    ObjectStat,
+    ObjectWriter,
+    Repository,
+    orphans_plausible,
+    refuse_orphans,
+)
 from crossbeat.repositories.errors import CorruptData, NoSuchData, RepositoryError
 from crossbeat.repositories.location import Location
 from crossbeat.repositories.object_ids import check_object_id, is_object_id, new_object_id
@@ -41,6 +48,8 @@ from crossbeat.repositories.sfs_manifest import Manifest, ManifestInvalid
 from crossbeat.repositories.sfs_pins import TRASH_PREFIX, Pin, remove_unless_pinned, trash_path
 from crossbeat.repositories.sfs_prepared import PreparedDirs, make_object_dirs, object_dir
 from crossbeat.repositories.syncgroup import SyncGroup
+
+log = logging.getLogger(__name__)
 
 DEFAULT_CHUNK_SIZE = 4 * 1024 * 1024
 CHUNKS_PER_DIR = 100  # the seed: chunk files are grouped in directories of chunkId // 100
@@ -418,6 +427,9 @@ class SfsRepository(Repository):
                 entries = list(os.scandir(fanout.path))
             except FileNotFoundError:
                 continue
+            except OSError as exc:  # unreadable: the others still count
+                log.warning("repository %r: cannot list %s: %s", self.name, fanout.path, exc)
+                continue
             for entry in entries:
                 if (
                     entry.name.endswith(fanout.name)
@@ -432,24 +444,64 @@ class SfsRepository(Repository):
                 yield data_key
 
     def cleanup(self, referenced: Callable[[str], bool], older_than_s: float = 3600) -> list[str]:
-        removed: list[str] = []
+        """As `Repository.cleanup`. An incomplete object that metadata names (its manifest
+        lost) is kept and logged: its chunks may be all that is left of it. A directory
+        that cannot be read is skipped with a warning, not the end of the pass."""
         now = time.time()
+        incomplete: list[tuple[str, str]] = []
+        unreferenced: list[str] = []
+        committed = 0
         for data_key, path in self._object_dirs():
             try:
-                manifest_mtime: float | None = os.stat(f"{path}/{MANIFEST}").st_mtime
-            except FileNotFoundError:
-                manifest_mtime = None
-            try:
+                try:
+                    manifest_mtime: float | None = os.stat(f"{path}/{MANIFEST}").st_mtime
+                except FileNotFoundError:
+                    manifest_mtime = None
                 if manifest_mtime is None:
-                    if now - _newest_dir_mtime(path) >= older_than_s and self._discard(path):
-                        removed.append(data_key)
-                elif now - manifest_mtime >= older_than_s and not referenced(data_key):
-                    self.delete(data_key)
-                    removed.append(data_key)
+                    if now - _newest_dir_mtime(path) < older_than_s:
+                        continue
+                    if referenced(data_key):
+                        log.error("repository %r: object %s is in use but its manifest is "
+                                  "missing: kept (it reads as missing data)", self.name, data_key)
+                        continue
+                    incomplete.append((data_key, path))
+                    continue
+                committed += 1
+                if now - manifest_mtime >= older_than_s and not referenced(data_key):
+                    unreferenced.append(data_key)
             except FileNotFoundError:
                 continue  # deleted concurrently
-        self._remove_stale_trash()
+            except OSError as exc:
+                log.warning("repository %r: cleanup skips %s: %s", self.name, path, exc)
+        removed = [key for key, path in incomplete if self._discard_quietly(path)]
+        if not orphans_plausible(len(unreferenced), committed):
+            refuse_orphans(self.name, len(unreferenced), committed)
+            unreferenced = []
+        for data_key in unreferenced:
+            try:
+                self.delete(data_key)
+            except OSError as exc:
+                log.warning("repository %r: cleanup cannot remove %s: %s", self.name, data_key, exc)
+                continue
+            removed.append(data_key)
+        if unreferenced:
+            shown = ", ".join(unreferenced[:20]) + (" ..." if len(unreferenced) > 20 else "")
+            log.warning("repository %r: removed %d objects no metadata names: %s",
+                        self.name, len(unreferenced), shown)
+        try:
+            self._remove_stale_trash()
+        except OSError as exc:
+            log.warning("repository %r: cleanup of deleted objects stopped: %s", self.name, exc)
         return removed
+
+    def _discard_quietly(self, path: str) -> bool:
+        try:
+            return self._discard(path)
+        except FileNotFoundError:
+            return False
+        except OSError as exc:
+            log.warning("repository %r: cleanup skips %s: %s", self.name, path, exc)
+            return False
 
     def _discard(self, path: str) -> bool:
         """Remove an incomplete object directory unless its writer committed meanwhile.
@@ -471,9 +523,12 @@ class SfsRepository(Repository):
         them, or by a delete whose last pinning read did not: any no read pins any more."""
         for fanout in os.scandir(self._root):
             if len(fanout.name) == 3 and fanout.is_dir():
-                for entry in os.scandir(fanout.path):
-                    if entry.name.startswith(TRASH_PREFIX):
-                        remove_unless_pinned(entry.path)
+                try:
+                    for entry in os.scandir(fanout.path):
+                        if entry.name.startswith(TRASH_PREFIX):
+                            remove_unless_pinned(entry.path)
+                except OSError as exc:  # one unreadable fan-out: the others still go
+                    log.warning("repository %r: cleanup skips %s: %s", self.name, fanout.path, exc)
 
     # -- used by SfsWriter ---------------------------------------------------------------
 

@@ -255,8 +255,20 @@ class Gateway:
         return refs
 
     def cleanup(self, older_than_s: float = 0.0) -> list[str]:
-        """Remove half-written and unreferenced data (run when no request is in flight)."""
+        """Remove half-written and unreferenced data (run when no request is in flight).
+
+        Metadata that names no data at all while a repository holds objects is taken for a
+        lost or replaced metadata store (a deleted or emptied database, a bad restore), not
+        for a store whose every object is an orphan: nothing is removed and that is logged.
+        Each repository also keeps its unreferenced objects when they are too many for a
+        crash's leftovers (`repositories.base.orphans_plausible`).
+        """
         refs = self.referenced_keys()
+        if not refs and any(next(iter(repo.keys()), None) is not None
+                            for repo, _ in names_by_repository(self.repositories)):
+            log.error("cleanup: the metadata store names no data, yet the repositories hold "
+                      "objects: removing nothing. If the metadata was lost, restore it.")
+            return []
         # one pass per distinct repository: with a proxy several names share one repository
         return cleanup_repositories(
             self.repositories, lambda name, key: (name, key) in refs, older_than_s=older_than_s
