@@ -141,6 +141,13 @@ def _load_siphash_key(root: Path, configured: bytes | None) -> bytes:
                     "existing chunk digests would no longer verify"
                 )
             return persisted
+        if configured is None and _holds_objects(root):
+            # a fresh key would make every stored digest fail to verify (and the objects
+            # written next unreadable once the old file came back)
+            raise RepositoryError(
+                f"{info_path} is missing but {root} holds objects: their digests need the key "
+                "it held. Restore it (or configure the repository's siphash_key)"
+            )
         key = configured if configured is not None else secrets.token_bytes(16)
         tmp = root / f".{REPOSITORY_INFO}.{secrets.token_hex(8)}"
         try:
@@ -153,6 +160,20 @@ def _load_siphash_key(root: Path, configured: bytes | None) -> bytes:
         finally:
             tmp.unlink(missing_ok=True)  # also when the write failed (a full disk)
     raise RepositoryError(f"cannot establish the siphash key in {info_path}")
+
+
+def _holds_objects(root: Path) -> bool:
+    """Whether `root` has an object's manifest (a complete object) under a fan-out."""
+    try:
+        fanouts = [e for e in os.scandir(root) if len(e.name) == 3 and e.is_dir()]
+    except FileNotFoundError:
+        return False
+    for fanout in fanouts:
+        with contextlib.suppress(OSError):
+            for entry in os.scandir(fanout.path):
+                if is_object_id(entry.name) and os.path.exists(f"{entry.path}/{MANIFEST}"):
+                    return True
+    return False
 
 
 class SfsRepository(Repository):

@@ -17,7 +17,13 @@ from crossbeat.metadata import Bucket, MetadataStore, open_store
 from crossbeat.metadata.errors import NoSuchBucket as MetadataNoSuchBucket
 from crossbeat.metadata.errors import NoSuchUpload as MetadataNoSuchUpload
 from crossbeat.metadata.settings import MetadataSettings
-from crossbeat.repositories import CorruptData, NoSuchData, Repository, open_repositories
+from crossbeat.repositories import (
+    CorruptData,
+    NoSuchData,
+    Repository,
+    RepositoryError,
+    open_repositories,
+)
 from crossbeat.repositories.registry import cleanup_repositories, names_by_repository
 from crossbeat.repositories.settings import RepositorySettings
 from crossbeat.s3 import cors, postobject, router
@@ -264,6 +270,13 @@ class Gateway:
         crash's leftovers (`repositories.base.orphans_plausible`).
         """
         refs = self.referenced_keys()
+        for repo, names in names_by_repository(self.repositories):
+            named = sum(1 for name, _ in refs if name in names)
+            if named and next(iter(repo.keys()), None) is None:
+                raise RepositoryError(
+                    f"the metadata names {named} objects in repository {repo.name!r}, which "
+                    "holds none: is its directory missing or moved? Not starting"
+                )
         if not refs and any(next(iter(repo.keys()), None) is not None
                             for repo, _ in names_by_repository(self.repositories)):
             log.error("cleanup: the metadata store names no data, yet the repositories hold "

@@ -4,6 +4,7 @@ makes an empty one), its start-up cleanup pass removed every object as an orphan
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -31,3 +32,21 @@ def test_a_start_on_lost_metadata_removes_no_data(tmp_path: Path) -> None:
     with running_gateway(data_dir) as svc:
         assert manifests(data_dir) == before
         assert any("the metadata store names no data" in line for line in svc.output)
+
+
+def test_a_repository_moved_away_stops_the_start(tmp_path: Path) -> None:
+    """Its directory gone, the repository was made afresh, empty: the gateway served every
+    object as a 500. Now it does not start, and says why."""
+    data_dir = tmp_path / "data"
+    with running_gateway(data_dir) as svc:
+        s3 = s3_client(svc.url)
+        s3.create_bucket(Bucket="moved")
+        s3.put_object(Bucket="moved", Key="k", Body=b"data")
+    (data_dir / "sfs").rename(tmp_path / "elsewhere")
+    moved = pytest.raises(RuntimeError, match="holds none: is its directory missing or moved")
+    with moved, running_gateway(data_dir):
+        pass
+    shutil.rmtree(data_dir / "sfs")  # the empty one that start made
+    (tmp_path / "elsewhere").rename(data_dir / "sfs")
+    with running_gateway(data_dir) as svc:
+        assert s3_client(svc.url).get_object(Bucket="moved", Key="k")["Body"].read() == b"data"

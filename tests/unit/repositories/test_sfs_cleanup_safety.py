@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from crossbeat.repositories.base import ORPHAN_FLOOR
+from crossbeat.repositories.errors import RepositoryError
 from crossbeat.repositories.sfs import SfsRepository
 
 
@@ -41,3 +42,14 @@ def test_more_orphans_than_a_crash_leaves_are_kept(
     # a crash's few leftovers still go
     in_use = set(keys[5:])
     assert sorted(repo.cleanup(lambda k: k in in_use, older_than_s=0)) == sorted(keys[:5])
+
+
+def test_a_lost_key_file_is_not_replaced_while_objects_need_it(tmp_path: Path) -> None:
+    """A fresh SipHash key made every stored digest fail to verify, silently."""
+    root = tmp_path / "sfs"
+    key = SfsRepository("r", root, group_sync=False).put_bytes(b"data").dataKey
+    (root / "repository.json").unlink()
+    with pytest.raises(RepositoryError, match="repository.json is missing but .* holds objects"):
+        SfsRepository("r", root, group_sync=False)
+    assert not (root / "repository.json").exists()
+    assert key in {p.name for p in root.glob("*/*")}
