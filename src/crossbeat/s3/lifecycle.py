@@ -28,7 +28,6 @@ Contracts:
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import json
 import logging
@@ -398,11 +397,26 @@ class LifecycleRunner:
         return lifecycle.stats
 
     def _read_state(self) -> dict[str, Any]:
-        with contextlib.suppress(OSError, ValueError):
+        """The saved state, or {} (a pass is due) if it is missing or not one this runner
+        writes: a damaged file must not stop lifecycle for good. A start in the future (a
+        clock that stepped back, a copy from another machine) counts as no start."""
+        try:
             state = json.loads(self.state_path.read_text())
-            if isinstance(state, dict):
-                return state
-        return {}
+        except FileNotFoundError:
+            return {}
+        except (OSError, ValueError) as exc:
+            log.warning("lifecycle state %s unreadable (%s): starting afresh", self.state_path, exc)
+            return {}
+        started, finished, bucket = (state.get(k) for k in ("started", "finished", "bucket")) \
+            if isinstance(state, dict) else (None, None, None)
+        if not (isinstance(started, (int, float)) and not isinstance(started, bool)
+                and isinstance(finished, bool) and isinstance(bucket, str)):
+            log.warning("lifecycle state %s is not valid (%r): starting afresh", self.state_path, state)
+            return {}
+        if started > time.time():
+            log.warning("lifecycle state %s starts in the future: a pass is due", self.state_path)
+            return {}
+        return state
 
     def _write_state(self, state: dict[str, Any]) -> None:
         # atomic replace: a crash leaves the old state or the new one, never half of one

@@ -286,3 +286,23 @@ def test_a_stopped_pass_says_so_and_the_next_one_finishes_the_work(store: Sqlite
     assert 0 < first.stats.expired < 3
     assert Pass(store).run(T0 + 100).stats.expired == 3 - first.stats.expired
     assert versions(store, b) == []
+
+
+@pytest.mark.parametrize("saved", [
+    '{"started": "x", "finished": true, "bucket": ""}',
+    '{"started": null, "finished": true, "bucket": ""}',
+    '{"started": 1, "finished": "no", "bucket": ""}',
+    '[1, 2]',
+    'not json',
+    '{"started": 99999999999, "finished": true, "bucket": ""}',  # in the future
+])
+def test_a_damaged_state_file_makes_a_pass_due(
+    store: SqliteMetadataStore, tmp_path: Path, saved: str
+) -> None:
+    """A state of the wrong shape raised at every check (no pass ever ran again), and a start
+    in the future put lifecycle off until then."""
+    runner = LifecycleRunner(_gateway(store, tmp_path, interval=3600))
+    runner.state_path.parent.mkdir(parents=True, exist_ok=True)
+    runner.state_path.write_text(saved)
+    assert runner.run_if_due() is not None
+    assert runner._read_state()["finished"] is True
