@@ -326,6 +326,14 @@ class Gateway:
         except (CorruptData, NoSuchData) as exc:
             log.error("data error on %s %s: %s", req.method, _shown(req.raw_path), exc)
             response = self.error_response(S3Error("InternalError", f"stored data is unreadable: {exc}"), req)
+        except RepositoryError as exc:
+            wanting = resource_error(exc)
+            if wanting is not None:
+                log.warning("%s on %s %s: %s", wanting.code, req.method, _shown(req.raw_path), exc)
+                response = self.error_response(wanting, req)
+            else:  # a file the repository cannot use (EIO, EACCES...): said, not a traceback
+                log.error("data error on %s %s: %s", req.method, _shown(req.raw_path), exc)
+                response = self.error_response(S3Error("InternalError"), req)
         except ConnectionError:
             return
         except Exception as exc:

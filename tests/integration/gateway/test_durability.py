@@ -128,3 +128,23 @@ def test_corrupt_chunk_is_a_clear_error_never_wrong_bytes(tmp_path: Path) -> Non
             got = None
         assert got is None, "corrupt data must never be served"
         assert s3.get_object(Bucket="rot", Key="big", Range="bytes=0-99")["Body"].read() == big[:100]
+
+
+def test_an_unusable_manifest_is_a_clear_error_without_a_traceback(tmp_path: Path) -> None:
+    """A manifest the repository cannot read (a directory in its place, after a bad restore):
+    500 InternalError and one log line naming the object, not a traceback."""
+    data_dir = tmp_path / "data"
+    with running_gateway(data_dir) as gw:
+        s3 = s3_client(gw.url)
+        s3.create_bucket(Bucket="odd")
+        s3.put_object(Bucket="odd", Key="k", Body=b"bytes")
+        (object_id,) = sfs_objects(data_dir)[0]
+        manifest = next((data_dir / "sfs").glob(f"*/{object_id}/manifest.json"))
+        manifest.unlink()
+        manifest.mkdir()
+        with pytest.raises(botocore.exceptions.ClientError) as exc:
+            s3.get_object(Bucket="odd", Key="k")
+        assert exc.value.response["ResponseMetadata"]["HTTPStatusCode"] == 500
+        wait_until(lambda: any("data error on GET /odd/k" in line and object_id in line
+                               for line in gw.output), timeout=10, what="the error logged")
+        assert not any("Traceback" in line for line in gw.output)
