@@ -137,6 +137,7 @@ class SqliteMetadataStore(MetadataStore):
             max_batch=self.settings.max_batch,
             busy_timeout_s=self.settings.busy_timeout_ms / 1000,
             lock_path=f"{self.path}-writer.lock",
+            db_path=str(self.path),
         )
         self._stop_trimming = threading.Event()
         self._trimmer: threading.Thread | None = None

@@ -32,7 +32,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from crossbeat.metadata.errors import StoreClosed
+from crossbeat.metadata.errors import StoreClosed, StoreUnavailable
 
 T = TypeVar("T")
 # Batches between WAL checkpoints: SQLite's automatic checkpoint comes every 1000 pages,
@@ -163,8 +163,13 @@ class GroupCommitWriter:
         max_batch: int,
         busy_timeout_s: float = 10.0,
         lock_path: str | None = None,
+        db_path: str | None = None,
     ) -> None:
         self._conn = conn
+        # the file the connection writes: if the path comes to name another file (deleted,
+        # or a backup restored over it), commits would go to an unlinked file and be lost
+        self._db_path = db_path
+        self._db_identity = None if db_path is None else _identity(db_path)
         self._lock_fd = (
             None if lock_path is None
             else os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
@@ -296,6 +301,21 @@ class GroupCommitWriter:
         finally:
             fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
 
+    def _check_file(self) -> None:
+        """StoreUnavailable if the database path no longer names the file this writer has
+        open: every later commit would be acknowledged and lost."""
+        if self._db_path is None:
+            return
+        try:
+            now = _identity(self._db_path)
+        except FileNotFoundError:
+            now = None
+        if now != self._db_identity:
+            raise StoreUnavailable(
+                f"the metadata database {self._db_path} was deleted or replaced while in use: "
+                "refusing writes that would be lost; restart the gateway"
+            )
+
     def _begin(self, conn: sqlite3.Connection) -> None:
         """BEGIN IMMEDIATE, retrying briefly while another connection holds the write lock
         (one that does not take turns on `lock_path`: another tool, or a reader's checkpoint)."""
@@ -321,6 +341,7 @@ class GroupCommitWriter:
         live: list[_Op] = []  # the operations that run (not cancelled)
         conn = self._conn
         try:
+            self._check_file()
             self._begin(conn)
             txn = WriteTxn(conn, self._seq_base, self._now())
             for op in batch:
@@ -368,3 +389,8 @@ def _deliver(op: _Op, ok: bool, value: Any) -> None:
             op.future.set_result(value)
         else:
             op.future.set_exception(value)
+
+
+def _identity(path: str) -> tuple[int, int]:
+    st = os.stat(path)
+    return st.st_dev, st.st_ino

@@ -57,6 +57,7 @@ CODES: dict[str, tuple[int, str]] = {
     "RequestTimeTooSkewed": (403, "The difference between the request time and the current time is too large."),
     "SignatureDoesNotMatch": (403, "The request signature we calculated does not match the signature you provided. Check your key and signing method."),
     "SlowDown": (503, "Please reduce your request rate."),
+    "ServiceUnavailable": (503, "Service is unable to handle request."),
     # not an AWS code (S3 never fills up): Ceph RGW's answer to a full store, which clients
     # do not retry as they would a 5xx of 500-504
     "InsufficientCapacity": (507, "Insufficient capacity."),

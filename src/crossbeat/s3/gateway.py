@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 from crossbeat.metadata import Bucket, MetadataStore, open_store
 from crossbeat.metadata.errors import NoSuchBucket as MetadataNoSuchBucket
 from crossbeat.metadata.errors import NoSuchUpload as MetadataNoSuchUpload
+from crossbeat.metadata.errors import StoreUnavailable
 from crossbeat.metadata.settings import MetadataSettings
 from crossbeat.repositories import (
     CorruptData,
@@ -323,6 +324,9 @@ class Gateway:
             response = self.error_response(S3Error("NoSuchBucket", extra={"BucketName": exc.bucket}), req)
         except MetadataNoSuchUpload:
             response = self.error_response(S3Error("NoSuchUpload"), req)
+        except StoreUnavailable as exc:  # the operator's to fix: said once per request, no traceback
+            log.error("%s %s refused: %s", req.method, _shown(req.raw_path), exc)
+            response = self.error_response(S3Error("ServiceUnavailable"), req)
         except (CorruptData, NoSuchData) as exc:
             log.error("data error on %s %s: %s", req.method, _shown(req.raw_path), exc)
             response = self.error_response(S3Error("InternalError", f"stored data is unreadable: {exc}"), req)

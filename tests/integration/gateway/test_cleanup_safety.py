@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.gateway import running_gateway, s3_client
+from tests.support.procs import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -50,3 +51,23 @@ def test_a_repository_moved_away_stops_the_start(tmp_path: Path) -> None:
     (tmp_path / "elsewhere").rename(data_dir / "sfs")
     with running_gateway(data_dir) as svc:
         assert s3_client(svc.url).get_object(Bucket="moved", Key="k")["Body"].read() == b"data"
+
+
+def test_a_database_deleted_under_a_running_gateway_refuses_writes(tmp_path: Path) -> None:
+    """Deleted (or replaced by a restored copy) while in use, the database's commits went on
+    into the unlinked file: PUTs were acknowledged and lost at the next start. Now writes are
+    503 ServiceUnavailable, and the log says why."""
+    data_dir = tmp_path / "data"
+    with running_gateway(data_dir, config="[gateway]\nworkers = 1\n") as svc:
+        s3 = s3_client(svc.url)
+        s3.create_bucket(Bucket="live")
+        s3.put_object(Bucket="live", Key="before", Body=b"x")
+        for name in ("metadata.sqlite", "metadata.sqlite-wal", "metadata.sqlite-shm"):
+            (data_dir / name).unlink(missing_ok=True)
+        with pytest.raises(s3.exceptions.ClientError) as refused:
+            s3.put_object(Bucket="live", Key="after", Body=b"y")
+        assert refused.value.response["Error"]["Code"] == "ServiceUnavailable"
+        assert refused.value.response["ResponseMetadata"]["HTTPStatusCode"] == 503
+        wait_until(lambda: any("was deleted or replaced while in use" in line for line in svc.output),
+                   timeout=10, what="the refusal logged")
+        assert not any("Traceback" in line for line in svc.output)
