@@ -93,3 +93,16 @@ def test_a_misspelt_environment_variable_is_warned_about(tmp_path: Path) -> None
         " (did you mean CROSSBEAT_SECRET_KEY?)",
     ]
     assert "crossbeat topology [OPTIONS]" in result.stdout
+
+
+@pytest.mark.parametrize("content", ["not json", '{"access_key": "a"}', '{"access_key": null, "secret_key": null}'])
+def test_damaged_root_credentials(tmp_path: Path, content: str) -> None:
+    """Not JSON was an error not naming the file, a missing field a traceback, and null keys
+    started a gateway nobody could use."""
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "root-credentials.json").write_text(content)
+    env = {k: v for k, v in ENV.items() if k not in ("CROSSBEAT_ACCESS_KEY", "CROSSBEAT_SECRET_KEY")}
+    result = subprocess.run([sys.executable, "-m", "crossbeat", "gateway", "--data-dir", "d",
+                             "--listen", "127.0.0.1:0"], cwd=tmp_path, env=env,
+                            capture_output=True, text=True, timeout=60)
+    assert_error(result, "root-credentials.json is unreadable")

@@ -21,6 +21,9 @@ DIGEST_ALGORITHM = "siphash-2-4"
 MANIFEST_VERSION = 1
 
 
+MAX_CHUNK_SIZE = 1024 * 1024 * 1024  # the largest chunk_size a repository may be configured with
+
+
 class ManifestInvalid(ValueError):
     """The manifest bytes are not a consistent manifest (the caller names the object)."""
 
@@ -91,8 +94,9 @@ class Manifest:
         ints = (self.size, self.chunk_size, count)
         if any(isinstance(v, bool) or not isinstance(v, int) for v in ints):
             raise ManifestInvalid("size, chunkSize and chunkCount must be integers")
-        if self.size < 0 or self.chunk_size <= 0:
-            raise ManifestInvalid("size must be >= 0 and chunkSize > 0")
+        if self.size < 0 or not 0 < self.chunk_size <= MAX_CHUNK_SIZE:
+            # a chunk is read whole: an absurd size would be a MemoryError, not an answer
+            raise ManifestInvalid(f"size must be >= 0 and chunkSize in 1..{MAX_CHUNK_SIZE}")
         expected = -(-self.size // self.chunk_size)
         if count != len(self.digests) or count != expected:
             raise ManifestInvalid(

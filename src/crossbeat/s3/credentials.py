@@ -8,6 +8,7 @@ import secrets
 import string
 from pathlib import Path
 
+from crossbeat.errors import CrossbeatError
 from crossbeat.s3.auth import Principal
 from crossbeat.s3.settings import GatewaySettings
 
@@ -30,8 +31,17 @@ def root_principal(settings: GatewaySettings) -> tuple[Principal, bool]:
         )
     path = Path(settings.data_dir) / ROOT_FILE
     if path.exists():
-        doc = json.loads(path.read_text())
-        return Principal(doc["access_key"], doc["secret_key"], "root", True), False
+        try:
+            doc = json.loads(path.read_text())
+            ak, sk = doc["access_key"], doc["secret_key"]
+            if not (isinstance(ak, str) and ak and isinstance(sk, str) and sk):
+                raise ValueError("access_key and secret_key must be non-empty strings")
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise CrossbeatError(
+                f"{path} is unreadable ({exc!r}): restore it, or remove it to have new root "
+                "credentials made (or set CROSSBEAT_ACCESS_KEY / CROSSBEAT_SECRET_KEY)"
+            ) from exc
+        return Principal(ak, sk, "root", True), False
     ak = "CB" + _random(string.ascii_uppercase + string.digits, 18)
     sk = _random(string.ascii_letters + string.digits + "+/", 40)
     path.parent.mkdir(parents=True, exist_ok=True)

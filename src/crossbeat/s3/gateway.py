@@ -107,7 +107,8 @@ class Gateway:
         if settings.cleanup_on_start:
             removed = gw.cleanup()
             if removed:
-                log.info("cleanup removed %d orphan data objects", len(removed))
+                log.info("cleanup removed %d leftover object directories (incomplete writes, "
+                         "unused prepared ones, unreferenced objects)", len(removed))
         return gw
 
     def close(self) -> None:
