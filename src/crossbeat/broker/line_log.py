@@ -1,6 +1,6 @@
 """What the broker's append-only state files share (`offsets.log`, `transactions.log`):
-one document per line, a torn or corrupt tail cut at open, and compaction by an atomic
-rewrite. Each file keeps its own line format (a `decode` function) and its own meaning.
+one document per line, a torn tail cut and damaged lines skipped at open, and compaction by
+an atomic rewrite. Each file keeps its own line format (a `decode` function) and its own meaning.
 """
 
 from __future__ import annotations
@@ -14,22 +14,28 @@ from typing import Any
 Decode = Callable[[bytes], "dict[str, Any] | None"]
 
 
-def read_lines(data: bytes, decode: Decode) -> tuple[list[dict[str, Any]], int]:
-    """The documents of `data`, in order, up to the first line `decode` refuses (None) or
-    that has no newline (a write cut short); and the length of that good prefix, where the
-    file must be cut."""
+def read_lines(data: bytes, decode: Decode) -> tuple[list[dict[str, Any]], int, list[int]]:
+    """The documents of `data`'s lines, in order; the end of its last complete line, where
+    the file must be cut (bytes after it are a write cut short); and the numbers (from 1) of
+    complete lines `decode` refused (None), which are skipped: lines are framed by their
+    newlines, so one damaged line (bit rot, a bad sector) costs that line alone, never the
+    acknowledged lines after it."""
     docs: list[dict[str, Any]] = []
+    bad: list[int] = []
     pos = 0
+    number = 0
     while pos < len(data):
         end = data.find(b"\n", pos)
         if end < 0:
             break
+        number += 1
         doc = decode(data[pos:end])
         if doc is None:
-            break
-        docs.append(doc)
+            bad.append(number)
+        else:
+            docs.append(doc)
         pos = end + 1
-    return docs, pos
+    return docs, pos, bad
 
 
 def write_all(fd: int, data: bytes) -> None:

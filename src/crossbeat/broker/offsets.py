@@ -126,12 +126,16 @@ class OffsetStore:
     def _load(self) -> None:
         self._dir.mkdir(parents=True, exist_ok=True)
         data = self._path.read_bytes() if self._path.exists() else b""
-        docs, pos = read_lines(data, _decode_line)
+        docs, pos, bad = read_lines(data, _decode_line)
         for doc in docs:
             self._apply(doc)
         self._lines += len(docs)
+        if bad:
+            log.error("offsets log %s: skipped %d damaged lines (numbers %s): the commits they "
+                      "held are lost; every other line is kept", self._path, len(bad),
+                      ", ".join(map(str, bad[:20])) + (" ..." if len(bad) > 20 else ""))
         if pos < len(data):
-            log.warning("offsets log %s: cutting %d bytes of torn or corrupt tail",
+            log.warning("offsets log %s: cutting %d bytes of a write cut short",
                         self._path, len(data) - pos)
         self._fd = os.open(self._path, os.O_RDWR | os.O_CREAT, 0o644)
         os.ftruncate(self._fd, pos)

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections import deque
 from collections.abc import Callable
@@ -36,6 +37,8 @@ from pathlib import Path
 from crossbeat.broker.errors import ErrorCode
 from crossbeat.broker.line_log import replace_atomically
 from crossbeat.stream import BatchHeader, Stream
+
+log = logging.getLogger(__name__)
 
 IN_FLIGHT = 5
 REBUILD_BATCHES = 256  # headers read back per partition after a restart
@@ -231,12 +234,30 @@ class ProducerIdAllocator:
     def _reserve(self) -> tuple[int, int]:
         self._path.parent.mkdir(parents=True, exist_ok=True)
         try:
-            start = int(self._path.read_text().strip() or 0)
+            text = self._path.read_text().strip()
+            start = int(text) if text else None
         except FileNotFoundError:
-            start = 0
+            start = None
+        except (OSError, ValueError) as exc:
+            log.error("%s is unreadable (%s)", self._path, exc)
+            start = None
+        if start is None or start < 0:
+            start = self._fresh_start()
         limit = start + ID_BLOCK
         replace_atomically(self._path, b"%d\n" % limit)
         return start, limit
+
+    def _fresh_start(self) -> int:
+        """0 for a broker that never had data; otherwise (the file lost, emptied or damaged
+        while streams exist) a start above every id handed out before, which ids from the
+        clock give: an id used again would make a new producer's first batches look like
+        duplicates of an old one's, acknowledged and never stored."""
+        if not (self._path.parent / "streams" / "placement.json").exists():
+            return 0
+        start = int(time.time() * 1000) * ID_BLOCK
+        log.error("%s is missing or damaged while the broker holds data: producer ids resume "
+                  "at %d, above any handed out before", self._path, start)
+        return start
 
     async def allocate(self) -> int:
         async with self._lock:

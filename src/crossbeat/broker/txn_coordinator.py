@@ -133,7 +133,12 @@ class TxnCoordinator:
                  max_timeout_ms: int) -> None:
         self._broker = broker
         self._max_timeout_ms = max_timeout_ms
-        self._txns = {tid: Txn.from_doc(doc) for tid, doc in docs.items()}
+        self._txns: dict[str, Txn] = {}
+        for tid, doc in docs.items():
+            try:
+                self._txns[tid] = Txn.from_doc(doc)
+            except (KeyError, TypeError, ValueError) as exc:  # a line damaged yet decodable
+                log.error("transaction log: the state of %r is damaged (%r): forgotten", tid, exc)
         # one lock per id while anyone holds or awaits it (weak: an idle id's goes away)
         self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
         self._stuck_logged: dict[str, float] = {}  # tid -> when we last said it is stuck

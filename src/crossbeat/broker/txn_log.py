@@ -22,6 +22,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from crc32c import crc32c
+
 from crossbeat.broker.line_log import append_durably, read_lines, replace_atomically
 
 log = logging.getLogger(__name__)
@@ -29,9 +31,23 @@ log = logging.getLogger(__name__)
 FILE_NAME = "transactions.log"
 
 
+def _encode(doc: dict[str, Any]) -> bytes:
+    """`crc32c-hex JSON\n`, as offsets.log: damage to a line is found, not read as state."""
+    body = json.dumps(doc, separators=(",", ":")).encode()
+    return b"%08x %s\n" % (crc32c(body), body)
+
+
 def _decode(line: bytes) -> dict[str, Any] | None:
-    """A line's document, or None for a torn or corrupt one (not JSON, not an object, no
-    usable "tid")."""
+    """A line's document, or None for a torn or corrupt one (a checksum that does not
+    match, not JSON, not an object, no usable "tid"). Lines without a checksum, as earlier
+    versions wrote, are read as plain JSON."""
+    if len(line) > 9 and line[8:9] == b" " and line[:1] != b"{":
+        try:
+            if int(line[:8], 16) != crc32c(line[9:]):
+                return None
+        except ValueError:
+            return None
+        line = line[9:]
     try:
         doc = json.loads(line)
         hash(doc["tid"])
@@ -62,7 +78,11 @@ class TxnLog:
         # left by a rewrite that a crash interrupted
         self._tmp.unlink(missing_ok=True)
         data = self._path.read_bytes() if self._path.exists() else b""
-        docs, pos = read_lines(data, _decode)
+        docs, pos, bad = read_lines(data, _decode)
+        if bad:
+            log.error("transaction log %s: skipped %d damaged lines (numbers %s): the states "
+                      "they held are lost; every other line is kept", self._path, len(bad),
+                      ", ".join(map(str, bad[:20])) + (" ..." if len(bad) > 20 else ""))
         for doc in docs:
             if doc.get("removed") is True:
                 self._docs.pop(doc["tid"], None)
@@ -70,7 +90,7 @@ class TxnLog:
                 self._docs[doc["tid"]] = doc
         self._fd = os.open(self._path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         if pos < len(data):
-            log.warning("transaction log %s: cutting %d bytes of torn or corrupt tail",
+            log.warning("transaction log %s: cutting %d bytes of a write cut short",
                         self._path, len(data) - pos)
             os.ftruncate(self._fd, pos)
             os.fsync(self._fd)
@@ -111,7 +131,7 @@ class TxnLog:
 
     @staticmethod
     def _line(doc: dict[str, Any]) -> bytes:
-        return json.dumps(doc, separators=(",", ":")).encode() + b"\n"
+        return _encode(doc)
 
     def _append(self, doc: dict[str, Any]) -> None:
         append_durably(self._fd, self._line(doc))

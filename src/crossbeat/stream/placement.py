@@ -69,6 +69,8 @@ class PlacementDriver:
             return
         try:
             doc = json.loads(raw)
+            if not isinstance(doc, dict):
+                raise ValueError("not a JSON object")
             if doc.get("version") != FORMAT_VERSION:
                 raise ValueError(f"unknown format version {doc.get('version')!r}")
             self.next_id = int(doc["next_id"])
@@ -80,8 +82,29 @@ class PlacementDriver:
                 self.streams[name] = StreamMeta(
                     int(s["id"]), name, dict(s["config"]), int(s["start_offset"]), ranges
                 )
-        except (ValueError, KeyError, TypeError) as exc:
+            self._check()
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise StreamError(f"placement file {self.path} is unreadable: {exc}") from exc
+
+    def _check(self) -> None:
+        """ValueError unless the loaded streams are consistent: ids unique and below
+        next_id (two streams with one id write into the same files; a new stream would be
+        given one in use), every stream with at least one range, ranges in order with only
+        the last one open."""
+        seen: dict[int, str] = {}
+        for name, meta in self.streams.items():
+            if meta.id in seen:
+                raise ValueError(f"streams {seen[meta.id]!r} and {name!r} share id {meta.id}")
+            if not 0 < meta.id < self.next_id:
+                raise ValueError(f"stream {name!r} has id {meta.id}, not below next_id {self.next_id}")
+            seen[meta.id] = name
+            if not meta.ranges:
+                raise ValueError(f"stream {name!r} has no range")
+            indexes = [r.index for r in meta.ranges]
+            if indexes != sorted(set(indexes)):
+                raise ValueError(f"stream {name!r} lists its ranges out of order: {indexes}")
+            if any(r.end_offset is None for r in meta.ranges[:-1]):
+                raise ValueError(f"stream {name!r} has an open range before its last")
 
     def _persist(self) -> None:
         doc: dict[str, Any] = {

@@ -31,8 +31,11 @@ class SpaceReserve:
     def make(self) -> bool:
         """Allocate the reserve if it is missing and the disk has room for it and as much
         again (blocking); whether it is in place. Never raises."""
-        if self.path.exists():
+        if self.path.is_file():
             return True
+        if self.path.exists() or self.path.is_symlink():  # not ours to remove: say so
+            log.warning("%s is not a file: no space is held in reserve", self.path)
+            return False
         try:
             fs = os.statvfs(self.path.parent)
             if fs.f_bavail * fs.f_frsize < 2 * self.size:
@@ -51,9 +54,11 @@ class SpaceReserve:
 
     def release(self) -> bool:
         """Give the reserved space back to the disk; whether there was any to give."""
+        if not self.path.is_file():
+            return False
         try:
             self.path.unlink()
-        except FileNotFoundError:
+        except OSError:
             return False
         log.warning("disk full: released the %d bytes reserved at %s to free space", self.size, self.path)
         return True
