@@ -15,10 +15,12 @@ from __future__ import annotations
 import asyncio
 import bisect
 import logging
+import re
 import shutil
 from pathlib import Path
 
 from crossbeat.stream.batch import BatchHeader
+from crossbeat.stream.index import OffsetIndex, TimeIndex, read_file, write_file
 from crossbeat.stream.placement import RangeInfo
 from crossbeat.stream.segment import Segment, fsync_dir
 from crossbeat.stream.settings import StreamSettings
@@ -43,13 +45,18 @@ class RangeReplica:
 
     # ---- lifecycle ---------------------------------------------------------------------
     @classmethod
-    def create(cls, directory: Path, info: RangeInfo, settings: StreamSettings) -> RangeReplica:
-        """Create the directory and the first (empty) segment, durably (blocking)."""
+    def create(
+        cls, directory: Path, info: RangeInfo, settings: StreamSettings, base: int | None = None
+    ) -> RangeReplica:
+        """Create the directory and the first (empty) segment, durably (blocking).
+
+        The segment starts at `base` (default: the range's start offset)."""
         directory.mkdir(parents=True, exist_ok=True)
         fsync_dir(directory.parent)
         fsync_dir(directory.parent.parent)
         replica = cls(directory, info.index, info.start_offset, settings, info.sealed)
-        replica._add(Segment.create(directory, info.start_offset, settings.index_interval_bytes))
+        first = info.start_offset if base is None else base
+        replica._add(Segment.create(directory, first, settings.index_interval_bytes))
         return replica
 
     @classmethod
@@ -60,14 +67,30 @@ class RangeReplica:
 
         Segments wholly below `log_start` (retention had already moved past them) are
         deleted. The last segment of an open range is CRC-verified and its torn tail
-        truncated; other segments are verified only when their indexes are stale. A gap in
-        offsets or a corrupt segment in the middle ends the replica there: later segments
-        cannot be served contiguously and are removed (as Kafka's recovery does).
+        truncated (crash recovery of unflushed data); other segments are verified only when
+        their indexes are stale, and one found damaged is cut at its first bad batch. Lost
+        offsets stay a gap: later segments are kept (readers skip to the next batch after a
+        gap, as Kafka consumers do) and every gap is logged as an error. Offsets known to
+        have been handed out are not handed out again: an open range ends no lower than
+        `log_start`, its own start, what the indexes of a deleted segment say was reached,
+        and, when its newest segment file is gone, the offset recorded at the last roll or
+        close (an empty segment is added there when the data ends lower). A segment
+        overlapping the one before it cannot be served in order; its files are set aside
+        (renamed `*.overlap`), logged.
         """
+        open_range = not info.sealed
+        floor = max(info.start_offset, log_start)  # the open range must end at or above it
         if not directory.exists():
             if info.sealed:
                 log.warning("stream range directory %s is missing; range is empty", directory)
-            return cls.create(directory, info, settings)
+            else:
+                log.error(
+                    "stream range directory %s (the stream's open range) is missing: recreating "
+                    "it empty at offset %d; every record it held is lost",
+                    directory,
+                    floor,
+                )
+            return cls.create(directory, info, settings, None if info.sealed else floor)
         for tmp in directory.glob("*.tmp"):
             tmp.unlink()
         bases = sorted(
@@ -81,33 +104,97 @@ class RangeReplica:
                 _remove_segment_files(directory, base)
                 continue
             expected = replica.segments[-1].next_offset if replica.segments else None
-            if expected is not None and base != expected:
-                log.warning(
-                    "stream range %s: segment %d does not continue offset %d; dropping it and later ones",
+            if expected is not None and base < expected:
+                log.error(
+                    "stream range %s: segment %d overlaps the one before it (which ends at "
+                    "offset %d); setting its files aside as *.overlap",
                     directory,
                     base,
                     expected,
                 )
-                for later in bases[i:]:
-                    _remove_segment_files(directory, later)
-                break
-            segment = Segment.open(directory, base, interval, verify=last and not info.sealed)
-            replica._add(segment)
-            if segment.truncated and not last:
-                log.warning(
-                    "stream range %s: corrupt segment %d; dropping later segments", directory, base
+                _set_aside(directory, base)
+                continue
+            replica._add(Segment.open(directory, base, interval, verify=last and open_range))
+        if open_range and not bases:
+            log.error("stream range %s (the open range) holds no segment file", directory)
+        hint = _read_hint(directory) if open_range else None
+        if hint is not None:
+            newest, reached = hint
+            if not bases or newest > bases[-1]:
+                # (a last segment merely cut short is left to crash recovery: its torn tail
+                # was never acknowledged, and the hint may predate the crash)
+                log.error(
+                    "stream range %s: its newest segment %d is missing: the records it held "
+                    "(up to offset %d at least) are lost",
+                    directory,
+                    newest,
+                    reached - 1,
                 )
-                for later in bases[i + 1 :]:
-                    _remove_segment_files(directory, later)
-                break
-        for segment in replica.segments[:-1]:
+                floor = max(floor, reached)
+        for base, reached in _orphan_indexes(directory, set(bases)):
+            _remove_segment_files(directory, base)
+            if reached <= log_start:
+                continue  # retention was deleting that segment when the process stopped
+            if open_range and reached > floor:
+                floor = reached
+            log.error(
+                "stream range %s: segment %d is missing but its index files remain (offsets up "
+                "to %d were written); removing them",
+                directory,
+                base,
+                reached - 1,
+            )
+        for segment in replica.segments:
             segment.full = True
         if not replica.segments:
-            base = max(info.start_offset, log_start)
-            replica._add(Segment.create(directory, base, interval))
-        if info.sealed:
-            replica.active.full = True
+            replica._add(Segment.create(directory, floor, interval))
+        elif open_range and replica.next_offset < floor:
+            log.error(
+                "stream range %s: its data ends at offset %d, below offset %d already "
+                "reached (its last segment is lost?): new records start at %d",
+                directory,
+                replica.next_offset,
+                floor,
+                floor,
+            )
+            replica._add(Segment.create(directory, floor, interval))
+        replica._log_gaps(max(info.start_offset, log_start), info.end_offset)
+        replica.active.full = info.sealed
         return replica
+
+    def _log_gaps(self, start: int, end: int | None) -> None:
+        """Log every offset range this replica should hold but does not, as an error."""
+        segments = self.segments
+        if segments[0].base_offset > start:
+            log.error(
+                "stream range %s: offsets %d to %d are missing (before segment %d)",
+                self.directory,
+                start,
+                segments[0].base_offset - 1,
+                segments[0].base_offset,
+            )
+        for prev, seg in zip(segments, segments[1:], strict=False):
+            if seg.base_offset > prev.next_offset:
+                log.error(
+                    "stream range %s: offsets %d to %d are missing (after segment %s%s); "
+                    "reads skip to offset %d",
+                    self.directory,
+                    prev.next_offset,
+                    seg.base_offset - 1,
+                    prev.log_path.name,
+                    f", damaged {prev.damage}" if prev.damage else "",
+                    seg.base_offset,
+                )
+        if end is not None and self.next_offset < end:
+            log.error(
+                "stream range %s: offsets %d to %d of this sealed range are missing%s",
+                self.directory,
+                self.next_offset,
+                end - 1,
+                f" (segment {self.active.log_path.name} damaged {self.active.damage})"
+                if self.active.damage
+                else "",
+            )
 
     def _add(self, segment: Segment) -> None:
         self.segments.append(segment)
@@ -115,7 +202,10 @@ class RangeReplica:
 
     def close(self) -> None:
         """Save the active segment's indexes and close every file (blocking). An index that
-        cannot be saved (a full disk) is left to be rebuilt at the next open."""
+        cannot be saved (a full disk) is left to be rebuilt at the next open. Call it once
+        everything written is durable: an open range records the offset it reached."""
+        if not self.sealed and not self.active.closed:
+            _save_hint(self.directory, self.active.base_offset, self.next_offset)
         for segment in self.segments:
             if not segment.closed:
                 try:
@@ -217,6 +307,7 @@ class RangeReplica:
             fresh.delete()
             return
         self._add(fresh)
+        _save_hint(self.directory, fresh.base_offset, fresh.base_offset)
 
     def seal(self) -> int:
         """Stop accepting appends: fsync the active segment, save its indexes (blocking).
@@ -254,6 +345,62 @@ def _remove_segment_files(directory: Path, base: int) -> None:
     name = f"{base:020d}"
     for suffix in (".log", ".index", ".timeindex"):
         (directory / f"{name}{suffix}").unlink(missing_ok=True)
+
+
+# "<newest segment base> <offset reached>" of an open range: written when a roll creates a
+# segment and when the replica is closed (everything below its end is durable by then), so
+# that recovery can tell its last segment file was lost and not hand its offsets out again.
+# Written like the indexes (no fsync): a stale or lost hint only knows less.
+_HINT = "reached"
+
+
+def _save_hint(directory: Path, newest: int, reached: int) -> None:
+    try:
+        write_file(directory / _HINT, f"{newest} {reached}\n".encode())
+    except OSError as exc:
+        log.warning("cannot save %s in %s: %s", _HINT, directory, exc)
+
+
+def _read_hint(directory: Path) -> tuple[int, int] | None:
+    data = read_file(directory / _HINT)
+    try:
+        newest, reached = map(int, (data or b"").split())
+    except ValueError:
+        return None
+    return newest, max(newest, reached)
+
+
+def _set_aside(directory: Path, base: int) -> None:
+    """Rename a segment's files out of recovery's sight, for an operator to look at."""
+    name = f"{base:020d}"
+    for suffix in (".log", ".index", ".timeindex"):
+        path = directory / f"{name}{suffix}"
+        if path.exists():
+            path.rename(path.with_name(path.name + ".overlap"))
+    fsync_dir(directory)
+
+
+def _orphan_indexes(directory: Path, bases: set[int]) -> list[tuple[int, int]]:
+    """(base, offset reached) of each segment whose index files remain but whose .log is
+    gone: the segment held offsets up to at least its last indexed batch base."""
+    found: dict[int, int] = {}
+    for path in [*directory.glob("*.index"), *directory.glob("*.timeindex")]:
+        stem = path.stem
+        if not (stem.isdigit() and len(stem) == 20) or int(stem) in bases:
+            continue
+        base = int(stem)
+        reached = base
+        data = read_file(path)
+        if data is not None:
+            decoded = (
+                OffsetIndex.decode(base, data, 2**63)
+                if path.suffix == ".index"
+                else TimeIndex.decode(base, data, 2**63)
+            )
+            if decoded is not None and decoded.offsets:
+                reached = decoded.offsets[-1] + 1
+        found[base] = max(found.get(base, base), reached)
+    return sorted(found.items())
 
 
 class RangeServer:
@@ -296,12 +443,52 @@ class RangeServer:
                 log.warning("leaving unknown stream directory %s alone", child)
 
     def remove_orphan_ranges(self, stream_id: int, known: set[int]) -> None:
+        """Delete the directories of ranges the placement driver dropped; leave the rest.
+
+        The driver drops ranges only from the front of a stream (retention, DeleteRecords)
+        and records the stream's ranges in `known`, so a range directory numbered below the
+        first of them is one whose deletion a crash interrupted. Any other directory the
+        placement does not list (a range above them, left by a restored older placement
+        file, or an operator's own directory) is left in place, with a warning.
+        """
         base = self.root / str(stream_id)
-        if not base.exists():
+        if not base.exists() or not known:
             return
-        for child in base.iterdir():
-            if child.is_dir() and not (child.name.isdigit() and int(child.name) in known):
+        first = min(known)
+        for child in sorted(base.iterdir()):
+            name = child.name
+            is_range = name.isdigit() and name == str(int(name))
+            if not child.is_dir() or (is_range and int(name) in known):
+                continue
+            if is_range and int(name) < first:
+                log.info("removing directory of dropped range %s", child)
                 shutil.rmtree(child, ignore_errors=True)
+            elif is_range and not _holds_records(child):
+                # a seal that a crash interrupted made it before the placement named it:
+                # nothing was ever written there
+                log.info("removing directory of a range never recorded, empty: %s", child)
+                shutil.rmtree(child, ignore_errors=True)
+            else:
+                log.warning(
+                    "leaving directory %s alone: the placement lists no such range (it has "
+                    "ranges %s)",
+                    child,
+                    ", ".join(map(str, sorted(known))),
+                )
+
+
+_SEGMENT_FILE = re.compile(r"\d{20}\.(log|index|timeindex)")
+
+
+def _holds_records(directory: Path) -> bool:
+    """Whether `directory` holds anything but empty segments (a record, or a file that is
+    no segment's, such as an operator's)."""
+    for entry in directory.iterdir():
+        if not (entry.is_file() and _SEGMENT_FILE.fullmatch(entry.name)):
+            return True
+        if entry.suffix == ".log" and entry.stat().st_size > 0:
+            return True
+    return False
 
 
 def _save_indexes(segment: Segment) -> None:

@@ -90,6 +90,8 @@ class Segment:
         self.full = False
         self.closed = False
         self.truncated = 0  # bytes cut off by recovery
+        self.damage: str | None = None  # why recovery cut the segment short, if it did
+        self._damage_reported = False  # read-time damage is logged once, not per fetch
         self._bytes_since_index = 0
         self._indexes_written = False
 
@@ -131,15 +133,17 @@ class Segment:
         With `verify` (the last segment of the open range) every batch is CRC-checked, a
         torn or corrupt tail is truncated and fsynced, and the indexes are rebuilt. Without
         it the saved indexes are used when they match the file, and the segment is fully
-        verified and re-indexed when they do not (missing, malformed or stale).
-        Afterwards `truncated` says how many bytes recovery cut off.
+        verified and re-indexed when they do not (missing, malformed or stale); a bad batch
+        found then is damage, not a torn write (the segment was fsynced before the next one
+        existed): the segment is cut there all the same, and the cut is logged as an error.
+        Afterwards `truncated` says how many bytes recovery cut off and `damage` why.
         """
         path = directory / f"{segment_name(base_offset)}.log"
         fd = os.open(path, os.O_RDWR)
         segment = cls(directory, base_offset, fd, interval)
         segment.size = segment.synced = os.fstat(fd).st_size
         if verify or not segment._load_indexes():
-            segment._recover()
+            segment._recover(torn_tail_expected=verify)
         return segment
 
     def _load_indexes(self) -> bool:
@@ -182,8 +186,12 @@ class Segment:
         self._indexes_written = True
         return True
 
-    def _recover(self) -> None:
-        """CRC-verify every batch, truncate a bad tail, rebuild the indexes, fsync."""
+    def _recover(self, *, torn_tail_expected: bool) -> None:
+        """CRC-verify every batch, truncate a bad tail, rebuild the indexes, fsync.
+
+        `torn_tail_expected`: this segment took the last appends before a crash, so a bad
+        tail is unflushed data (a warning); anywhere else it is damage (an error).
+        """
         self.offset_index = OffsetIndex(self.base_offset)
         self.time_index = TimeIndex(self.base_offset)
         self.next_offset = self.base_offset
@@ -203,12 +211,24 @@ class Segment:
                     self.next_offset = header.next_offset
                 valid, error = scanner.valid_bytes, scanner.error
         if valid < self.size:
-            log.warning(
-                "stream segment %s: truncating %d bytes of torn or corrupt tail (%s)",
-                self.log_path,
-                self.size - valid,
-                error,
-            )
+            if torn_tail_expected:
+                log.warning(
+                    "stream segment %s: truncating %d bytes of torn or corrupt tail (%s)",
+                    self.log_path,
+                    self.size - valid,
+                    error,
+                )
+            else:
+                log.error(
+                    "stream segment %s is damaged (%s): cut at byte %d, losing %d bytes "
+                    "(its offsets from %d on)",
+                    self.log_path,
+                    error,
+                    valid,
+                    self.size - valid,
+                    self.next_offset,
+                )
+            self.damage = error or f"at byte {valid}"
             os.ftruncate(self.fd, valid)
             self.truncated = self.size - valid
             self.size = valid
@@ -299,6 +319,11 @@ class Segment:
         would take `used` past `max_bytes` unless `out` is still empty. Returns the new
         `used` and whether the read is finished (False: continue in the next segment).
 
+        Damage on disk that recovery did not see (inside batches the saved index already
+        covered: a bad header, or a batch not continuing the one before) ends the read
+        before the damaged batch, so the whole batches before it are served; a read that
+        would start with it raises StreamError. The damage is logged once per segment.
+
         One pread normally covers both the walk from the sparse index entry and the data
         returned; the batches handed out are memoryview slices of that buffer.
         """
@@ -307,6 +332,7 @@ class Segment:
         buf = b""
         view = memoryview(buf)
         buf_pos = pos
+        expect = -1  # base offset the next batch must have (-1: not known yet)
         while pos + WALK_SIZE <= end_file:
             rel = pos - buf_pos
             if rel + WALK_SIZE > len(buf):
@@ -318,9 +344,18 @@ class Segment:
                     break
             base, length, magic, _attributes, last_delta = WALK.unpack_from(buf, rel)
             size = length + LOG_OVERHEAD
-            if magic != MAGIC or length < HEADER_SIZE - LOG_OVERHEAD or pos + size > end_file:
+            if (
+                magic != MAGIC
+                or length < HEADER_SIZE - LOG_OVERHEAD
+                or pos + size > end_file
+                or (base != expect and expect >= 0)
+            ):
                 # Only damage on disk (recovery verified what it kept) gets here.
+                self._report_damage(pos, base, expect)
+                if out:
+                    return used, True
                 raise StreamError(f"segment {self.log_path} is damaged at byte {pos}")
+            expect = base + last_delta + 1
             if base + last_delta < offset:
                 pos += size
                 continue
@@ -340,6 +375,26 @@ class Segment:
             used += size
             pos += size
         return used, False
+
+    def _report_damage(self, pos: int, base: int, expected: int) -> None:
+        """Log read-time damage once for this segment (every fetch meets it again)."""
+        if self._damage_reported:
+            return
+        self._damage_reported = True
+        found = (
+            f"base offset {base}, expected {expected}"
+            if 0 <= expected != base
+            else "bad batch header"
+        )
+        log.error(
+            "stream segment %s is damaged at byte %d (%s, inside batches its index covers): "
+            "reads stop before it, a read from there fails; removing %s and restarting cuts "
+            "the segment at the damage",
+            self.log_path,
+            pos,
+            found,
+            self.index_path,
+        )
 
     def headers(
         self, start: int = 0, limit_offset: int | None = None, attributes: int = 0

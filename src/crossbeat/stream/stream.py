@@ -71,6 +71,15 @@ class StreamLimits:
         )
 
 
+def _first_stored(replicas: list[RangeReplica]) -> int:
+    """Base offset of the first non-empty segment; the end offset when all are empty."""
+    for replica in replicas:
+        for segment in replica.segments:
+            if segment.size:
+                return segment.base_offset
+    return replicas[-1].next_offset
+
+
 @dataclass(slots=True)
 class _Pending:
     segment: Segment
@@ -88,6 +97,9 @@ class Stream:
         self._replicas = replicas
         self._next_offset = replicas[-1].next_offset
         self._hw = self._next_offset  # recovery fsynced everything it kept
+        # Offsets below the first stored batch are gone (damage or lost files, not
+        # retention): the log start reported is never below it.
+        self._first_stored = _first_stored(replicas)
         self._pending: deque[_Pending] = deque()
         self._lock = asyncio.Lock()
         self._hw_changed = asyncio.Event()
@@ -131,8 +143,11 @@ class Stream:
 
     @property
     def start_offset(self) -> int:
-        """The log start offset: the first offset still stored (retention moves it)."""
-        return self._meta.start_offset
+        """The log start offset: the first offset still stored (retention and
+        DeleteRecords move it; it is also never below the first batch found on disk when
+        the stream was opened, should earlier files have been lost)."""
+        start = self._meta.start_offset
+        return start if start >= self._first_stored else self._first_stored
 
     @property
     def end_offset(self) -> int:
@@ -235,7 +250,8 @@ class Stream:
             raise self._gone
 
     def read(self, offset: int, max_bytes: int) -> list[memoryview | bytes]:
-        """Stored batches from the one containing `offset`, up to `max_bytes` in total.
+        """Stored batches from the one containing `offset` (or the first after it, when
+        `offset` falls in a gap that damage left), up to `max_bytes` in total.
 
         The first batch is returned whole even when larger than `max_bytes` (KIP-74);
         batches are never split. Only durable batches (below end_offset) are returned.

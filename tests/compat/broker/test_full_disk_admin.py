@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -333,7 +334,10 @@ def test_repairs_the_full_disk_refuses_at_start_do_not_stop_the_broker(
     placement = PlacementDriver(broker.data_dir / "streams" / "placement.json")
     # a crash after partition 1 took an alter, before partition 0 did
     placement.update_config("altered-1", {**placement.get("altered-1").config, "retention.ms": "5"})
-    placement.delete_stream("grown-2")  # a crash before the last partition was created
+    # a crash before the last partition was created: neither its placement nor its files
+    gone_id = placement.get("grown-2").id
+    placement.delete_stream("grown-2")
+    shutil.rmtree(broker.data_dir / "streams" / "ranges" / str(gone_id))
     filler = small_fs / "filler"
     fill(filler)
     broker.start()
