@@ -52,7 +52,7 @@ from crossbeat.s3.objectmeta import (
     user_metadata,
 )
 from crossbeat.s3.put_batcher import BuildMeta
-from crossbeat.s3.replication import replication_info
+from crossbeat.s3.replication import REPLICA, replication_info
 from crossbeat.s3.version_check import check_version_id_arg
 
 if TYPE_CHECKING:
@@ -573,12 +573,23 @@ async def copy_object(gw: Gateway, req: Request, p: Principal, ctx: Any) -> Resp
     )
 
 
-async def _update_tags(gw: Gateway, req: Request, tags: dict[str, str] | None) -> dict[str, Any]:
-    """Compare-and-set the tag set of one version (retried on concurrent changes)."""
+async def _update_tags(
+    gw: Gateway, req: Request, bucket: Bucket, tags: dict[str, str] | None
+) -> dict[str, Any]:
+    """Compare-and-set the tag set of one version (retried on concurrent changes).
+
+    A version this site wrote, in a bucket that replicates it, goes back to PENDING, as on
+    AWS: the new tags are copied to the destinations (they stayed COMPLETED with the old
+    tags). A replica's tags are the destination's own to change."""
     for _ in range(20):
         meta = await lookup(gw, req.bucket, req.key, req.query.get("versionId"))
         new = dict(meta)
         new["tags"] = tags or {}
+        info = meta.get("replicationInfo") or {}
+        if info.get("status") != REPLICA:
+            again = replication_info(bucket, req.key, new["tags"])
+            if again is not None:
+                new["replicationInfo"] = again
         try:
             return await gw.run(
                 gw.store.update_version, req.bucket, req.key, meta["versionId"], new,
@@ -590,9 +601,9 @@ async def _update_tags(gw: Gateway, req: Request, tags: dict[str, str] | None) -
 
 
 async def put_tagging(gw: Gateway, req: Request, p: Principal, ctx: Any) -> Response:
-    await gw.bucket(req.bucket, p)
+    bucket = await gw.bucket(req.bucket, p)
     tags = xmldoc.parse_tagging(await read_document(req, ctx))
-    meta = await _update_tags(gw, req, tags)
+    meta = await _update_tags(gw, req, bucket, tags)
     return Response(headers={"x-amz-version-id": meta["versionId"]})
 
 
@@ -603,8 +614,8 @@ async def get_tagging(gw: Gateway, req: Request, p: Principal) -> Response:
 
 
 async def delete_tagging(gw: Gateway, req: Request, p: Principal) -> Response:
-    await gw.bucket(req.bucket, p)
-    meta = await _update_tags(gw, req, None)
+    bucket = await gw.bucket(req.bucket, p)
+    meta = await _update_tags(gw, req, bucket, None)
     return Response(status=204, headers={"x-amz-version-id": meta["versionId"]})
 
 

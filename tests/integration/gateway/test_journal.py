@@ -174,3 +174,38 @@ def test_replica_route_writes_data_and_metadata_in_one_request(gateway: Service,
     assert got["Body"].read() == b"replicate me"
     assert got["VersionId"] == vid and got["Metadata"] == {"a": "b"} and got["ReplicationStatus"] == "REPLICA"
     assert len(s3.list_object_versions(Bucket="one-dst")["Versions"]) == 1
+
+
+def test_a_tag_change_on_a_replicated_version_replicates_again(gateway: Service, s3: Any) -> None:
+    """As on AWS, new tags reach the destinations: the version goes back to PENDING (it
+    stayed COMPLETED with the old tags, and the destination kept them for good). A
+    replica's tags are the destination's own: its status stays REPLICA."""
+    url = gateway.url
+    s3.create_bucket(Bucket="tag-src")
+    s3.put_bucket_versioning(Bucket="tag-src", VersioningConfiguration={"Status": "Enabled"})
+    s3.put_bucket_replication(Bucket="tag-src", ReplicationConfiguration={
+        "Role": "arn:aws:iam::000000000000:role/replication",
+        "Rules": [{"ID": "all", "Priority": 1, "Status": "Enabled", "Filter": {"Prefix": ""},
+                   "DeleteMarkerReplication": {"Status": "Disabled"},
+                   "Destination": {"Bucket": "arn:aws:s3:::tag-dst", "StorageClass": "b"}}],
+    })
+    vid = s3.put_object(Bucket="tag-src", Key="k", Body=b"x", Tagging="v=old")["VersionId"]
+    # the replication engine's success, as it records it
+    meta = signed("GET", f"{url}/_/crossbeat/metadata/tag-src/k?versionId={vid}").json()
+    info = dict(meta["replicationInfo"], status="COMPLETED",
+                backends=[dict(b, status="COMPLETED") for b in meta["replicationInfo"]["backends"]])
+    done = signed("PUT", f"{url}/_/crossbeat/metadata/tag-src/k?versionId={vid}",
+                  json.dumps({"metadata": dict(meta, replicationInfo=info),
+                              "expectedRevision": meta["revision"]}).encode())
+    assert done.status_code == 200, done.text
+    assert s3.head_object(Bucket="tag-src", Key="k")["ReplicationStatus"] == "COMPLETED"
+    last = read_all(url)[-1]["seq"]
+
+    s3.put_object_tagging(Bucket="tag-src", Key="k", Tagging={"TagSet": [{"Key": "v", "Value": "new"}]})
+    assert s3.head_object(Bucket="tag-src", Key="k")["ReplicationStatus"] == "PENDING"
+    [entry] = [e for e in read_journal(url, last) if e["bucket"] == "tag-src"]
+    assert entry["op"] == "put" and entry["versionId"] == vid
+    value = json.loads(entry["value"]) if isinstance(entry["value"], str) else entry["value"]
+    assert value["replicationInfo"]["status"] == "PENDING" and value["tags"] == {"v": "new"}
+    s3.delete_object_tagging(Bucket="tag-src", Key="k")
+    assert s3.head_object(Bucket="tag-src", Key="k")["ReplicationStatus"] == "PENDING"

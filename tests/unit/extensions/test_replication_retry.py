@@ -86,3 +86,16 @@ def test_keyed_runs_keep_per_key_order_and_run_keys_concurrently() -> None:
     for k in "abcd":
         assert [i for kk, i in seen if kk == k] == list(range(5))
     assert peak[0] > 1
+
+
+def test_a_batch_item_refused_for_want_of_room_is_retried_as_a_single_request_is() -> None:
+    """A destination's full disk (507 InsufficientCapacity) was retried for a large version
+    sent alone but made a batched small one FAILED at the first try."""
+    from crossbeat.extensions.replication.errors import http_error
+    from crossbeat.extensions.replication.gateway import _item_error
+
+    item = _item_error({"error": "InsufficientCapacity", "message": "full"}, "put replica")
+    assert item is not None and item.retryable
+    assert http_error("put replica", 507, "").retryable  # the single request's path
+    refused = _item_error({"error": "AccessDenied", "message": "no"}, "put replica")
+    assert refused is not None and not refused.retryable

@@ -288,5 +288,6 @@ def _item_error(result: dict[str, Any], what: str) -> ReplicationError | None:
     if "error" not in result:
         return None
     code = str(result.get("error"))
-    retryable = code in ("InternalError", "ServiceUnavailable", "SlowDown")
+    # what a single request's 5xx would be: a full destination disk (507) may be freed
+    retryable = code in ("InternalError", "ServiceUnavailable", "SlowDown", "InsufficientCapacity")
     return ReplicationError(f"{what}: {code}: {result.get('message', '')}", retryable=retryable)
