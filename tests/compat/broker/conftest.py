@@ -9,11 +9,27 @@ from pathlib import Path
 import pytest
 
 from tests.compat.broker.helpers import BrokerProcess, running_broker
+from tests.support.smallfs import small_filesystem
 
 
 @pytest.fixture
 def broker(tmp_path: Path) -> Iterator[BrokerProcess]:
     with running_broker(tmp_path / "data") as proc:
+        yield proc
+
+
+@pytest.fixture
+def small_fs(tmp_path: Path) -> Iterator[Path]:
+    """A 16 MiB filesystem of the test's own, for filling (see tests.support.smallfs)."""
+    (tmp_path / "mnt").mkdir()
+    with small_filesystem(tmp_path / "mnt", 16) as mnt:
+        yield mnt
+
+
+@pytest.fixture
+def broker_on_small_fs(small_fs: Path) -> Iterator[BrokerProcess]:
+    """A broker whose data dir is on `small_fs`."""
+    with running_broker(small_fs / "data") as proc:
         yield proc
 
 

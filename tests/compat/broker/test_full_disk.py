@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -30,20 +29,8 @@ KiB = 1024
 
 
 @pytest.fixture
-def small_fs(tmp_path: Path) -> Iterator[Path]:
-    (tmp_path / "mnt").mkdir()
-    with small_filesystem(tmp_path / "mnt", 16) as mnt:
-        yield mnt
-
-
-@pytest.fixture
-def broker(small_fs: Path) -> Iterator[BrokerProcess]:
-    proc = BrokerProcess(small_fs / "data")
-    proc.start()
-    try:
-        yield proc
-    finally:
-        proc.stop()
+def broker(broker_on_small_fs: BrokerProcess) -> BrokerProcess:
+    return broker_on_small_fs
 
 
 def produce(

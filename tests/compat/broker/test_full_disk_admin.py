@@ -11,7 +11,6 @@ import json
 import os
 import shutil
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +26,7 @@ from confluent_kafka.admin import (
 )
 
 from tests.compat.broker.helpers import BrokerProcess, create_topic, read_topic, watermarks
-from tests.support.smallfs import fill, small_filesystem
+from tests.support.smallfs import fill
 
 pytestmark = [pytest.mark.compat, pytest.mark.timeout(180)]
 KiB = 1024
@@ -36,21 +35,8 @@ STORAGE_ERROR = KafkaError.KAFKA_STORAGE_ERROR
 
 
 @pytest.fixture
-def small_fs(tmp_path: Path) -> Iterator[Path]:
-    (tmp_path / "mnt").mkdir()
-    with small_filesystem(tmp_path / "mnt", 16) as mnt:
-        yield mnt
-
-
-@pytest.fixture
-def broker(small_fs: Path) -> Iterator[BrokerProcess]:
-    proc = BrokerProcess(small_fs / "data")
-    proc.start()
-    try:
-        yield proc
-    finally:
-        if proc.service is not None and proc.service.proc.poll() is None:
-            proc.stop()
+def broker(broker_on_small_fs: BrokerProcess) -> BrokerProcess:
+    return broker_on_small_fs
 
 
 def admin(broker: BrokerProcess) -> AdminClient:

@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
 
 from tests.compat.broker.helpers import BrokerProcess, consume_n, create_topic
-from tests.support.smallfs import fill, small_filesystem
+from tests.support.smallfs import fill
 
 pytestmark = [pytest.mark.compat, pytest.mark.timeout(180)]
 PAGE = 4096  # tmpfs gives a file space a page at a time
@@ -24,21 +23,8 @@ MARKER = 78  # a COMMIT/ABORT control batch on disk: 61-byte batch header, one 1
 
 
 @pytest.fixture
-def small_fs(tmp_path: Path) -> Iterator[Path]:
-    (tmp_path / "mnt").mkdir()
-    with small_filesystem(tmp_path / "mnt", 16) as mnt:
-        yield mnt
-
-
-@pytest.fixture
-def broker(small_fs: Path) -> Iterator[BrokerProcess]:
-    proc = BrokerProcess(small_fs / "data")
-    proc.start()
-    try:
-        yield proc
-    finally:
-        if proc.service is not None and proc.service.proc.poll() is None:
-            proc.stop()
+def broker(broker_on_small_fs: BrokerProcess) -> BrokerProcess:
+    return broker_on_small_fs
 
 
 def transactional(address: str) -> Producer:
