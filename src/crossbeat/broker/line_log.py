@@ -11,7 +11,29 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from crc32c import crc32c
+
 Decode = Callable[[bytes], "dict[str, Any] | None"]
+
+
+def framed(body: bytes) -> bytes:
+    """`body` as a line: `crc32c-hex body\n`, so that damage to it is found, not read."""
+    return b"%08x %s\n" % (crc32c(body), body)
+
+
+def unframed(line: bytes, *, bare_json: bool = False) -> bytes | None:
+    """The body of a `framed` line (without its newline), or None if its checksum does not
+    match. With `bare_json`, a line that is a JSON object without a checksum (as earlier
+    versions wrote some files) is taken as it is."""
+    if bare_json and line[:1] == b"{":
+        return line
+    if len(line) < 10 or line[8:9] != b" ":
+        return None
+    body = line[9:]
+    try:
+        return body if int(line[:8], 16) == crc32c(body) else None
+    except ValueError:
+        return None
 
 
 def read_lines(data: bytes, decode: Decode) -> tuple[list[dict[str, Any]], int, list[int]]:

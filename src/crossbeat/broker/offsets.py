@@ -32,9 +32,14 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from crc32c import crc32c
 
-from crossbeat.broker.line_log import append_durably, read_lines, replace_atomically
+from crossbeat.broker.line_log import (
+    append_durably,
+    framed,
+    read_lines,
+    replace_atomically,
+    unframed,
+)
 
 log = logging.getLogger(__name__)
 
@@ -65,17 +70,14 @@ class _Group:
 
 
 def _encode_line(doc: dict[str, Any]) -> bytes:
-    body = orjson.dumps(doc)
-    return b"%08x %s\n" % (crc32c(body), body)
+    return framed(orjson.dumps(doc))
 
 
 def _decode_line(line: bytes) -> dict[str, Any] | None:
-    if len(line) < 10 or line[8:9] != b" ":
+    body = unframed(line)
+    if body is None:
         return None
-    body = line[9:]
     try:
-        if int(line[:8], 16) != crc32c(body):
-            return None
         doc = orjson.loads(body)
     except ValueError:
         return None

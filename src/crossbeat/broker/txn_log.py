@@ -22,9 +22,13 @@ import os
 from pathlib import Path
 from typing import Any
 
-from crc32c import crc32c
-
-from crossbeat.broker.line_log import append_durably, read_lines, replace_atomically
+from crossbeat.broker.line_log import (
+    append_durably,
+    framed,
+    read_lines,
+    replace_atomically,
+    unframed,
+)
 
 log = logging.getLogger(__name__)
 
@@ -32,24 +36,19 @@ FILE_NAME = "transactions.log"
 
 
 def _encode(doc: dict[str, Any]) -> bytes:
-    """`crc32c-hex JSON\n`, as offsets.log: damage to a line is found, not read as state."""
-    body = json.dumps(doc, separators=(",", ":")).encode()
-    return b"%08x %s\n" % (crc32c(body), body)
+    """A checksummed line, as offsets.log's: damage to a line is found, not read as state."""
+    return framed(json.dumps(doc, separators=(",", ":")).encode())
 
 
 def _decode(line: bytes) -> dict[str, Any] | None:
     """A line's document, or None for a torn or corrupt one (a checksum that does not
     match, not JSON, not an object, no usable "tid"). Lines without a checksum, as earlier
     versions wrote, are read as plain JSON."""
-    if len(line) > 9 and line[8:9] == b" " and line[:1] != b"{":
-        try:
-            if int(line[:8], 16) != crc32c(line[9:]):
-                return None
-        except ValueError:
-            return None
-        line = line[9:]
+    body = unframed(line, bare_json=True)
+    if body is None:
+        return None
     try:
-        doc = json.loads(line)
+        doc = json.loads(body)
         hash(doc["tid"])
     except (ValueError, KeyError, TypeError):
         return None

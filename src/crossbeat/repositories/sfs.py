@@ -164,16 +164,31 @@ def _load_siphash_key(root: Path, configured: bytes | None) -> bytes:
 
 def _holds_objects(root: Path) -> bool:
     """Whether `root` has an object's manifest (a complete object) under a fan-out."""
+    return any(os.path.exists(f"{path}/{MANIFEST}") for _, path in _object_dirs(str(root), str(root)))
+
+
+def _object_dirs(root: str, name: str) -> Iterator[tuple[str, str]]:
+    """(objectId, object directory) for every object directory under `root`, complete or
+    not; a fan-out that cannot be listed is skipped with a warning naming repository `name`."""
     try:
         fanouts = [e for e in os.scandir(root) if len(e.name) == 3 and e.is_dir()]
     except FileNotFoundError:
-        return False
+        return
     for fanout in fanouts:
-        with contextlib.suppress(OSError):
-            for entry in os.scandir(fanout.path):
-                if is_object_id(entry.name) and os.path.exists(f"{entry.path}/{MANIFEST}"):
-                    return True
-    return False
+        try:
+            entries = list(os.scandir(fanout.path))
+        except FileNotFoundError:
+            continue
+        except OSError as exc:  # unreadable: the others still count
+            log.warning("repository %r: cannot list %s: %s", name, fanout.path, exc)
+            continue
+        for entry in entries:
+            if (
+                entry.name.endswith(fanout.name)
+                and is_object_id(entry.name)
+                and entry.is_dir(follow_symlinks=False)
+            ):
+                yield entry.name, entry.path
 
 
 class SfsRepository(Repository):
@@ -439,25 +454,7 @@ class SfsRepository(Repository):
 
     def _object_dirs(self) -> Iterator[tuple[str, str]]:
         """(objectId, object directory) for every object directory, complete or not."""
-        try:
-            fanouts = [e for e in os.scandir(self._root) if len(e.name) == 3 and e.is_dir()]
-        except FileNotFoundError:
-            return
-        for fanout in fanouts:
-            try:
-                entries = list(os.scandir(fanout.path))
-            except FileNotFoundError:
-                continue
-            except OSError as exc:  # unreadable: the others still count
-                log.warning("repository %r: cannot list %s: %s", self.name, fanout.path, exc)
-                continue
-            for entry in entries:
-                if (
-                    entry.name.endswith(fanout.name)
-                    and is_object_id(entry.name)
-                    and entry.is_dir(follow_symlinks=False)
-                ):
-                    yield entry.name, entry.path
+        return _object_dirs(self._root, self.name)
 
     def keys(self) -> Iterator[str]:
         for data_key, path in self._object_dirs():

@@ -272,15 +272,17 @@ class Gateway:
         crash's leftovers (`repositories.base.orphans_plausible`).
         """
         refs = self.referenced_keys()
+        holding = False  # whether some repository holds an object (one listing each)
         for repo, names in names_by_repository(self.repositories):
-            named = sum(1 for name, _ in refs if name in names)
-            if named and next(iter(repo.keys()), None) is None:
+            holds = next(iter(repo.keys()), None) is not None
+            holding = holding or holds
+            named = 0 if holds else sum(1 for name, _ in refs if name in names)
+            if named:
                 raise RepositoryError(
                     f"the metadata names {named} objects in repository {repo.name!r}, which "
                     "holds none: is its directory missing or moved? Not starting"
                 )
-        if not refs and any(next(iter(repo.keys()), None) is not None
-                            for repo, _ in names_by_repository(self.repositories)):
+        if not refs and holding:
             log.error("cleanup: the metadata store names no data, yet the repositories hold "
                       "objects: removing nothing. If the metadata was lost, restore it.")
             return []
@@ -331,14 +333,6 @@ class Gateway:
         except (CorruptData, NoSuchData) as exc:
             log.error("data error on %s %s: %s", req.method, _shown(req.raw_path), exc)
             response = self.error_response(S3Error("InternalError", f"stored data is unreadable: {exc}"), req)
-        except RepositoryError as exc:
-            wanting = resource_error(exc)
-            if wanting is not None:
-                log.warning("%s on %s %s: %s", wanting.code, req.method, _shown(req.raw_path), exc)
-                response = self.error_response(wanting, req)
-            else:  # a file the repository cannot use (EIO, EACCES...): said, not a traceback
-                log.error("data error on %s %s: %s", req.method, _shown(req.raw_path), exc)
-                response = self.error_response(S3Error("InternalError"), req)
         except ConnectionError:
             return
         except Exception as exc:
@@ -346,6 +340,10 @@ class Gateway:
             if wanting is not None:  # the machine's state, not a bug: no traceback
                 log.warning("%s on %s %s: %s", wanting.code, req.method, _shown(req.raw_path), exc)
                 response = self.error_response(wanting, req)
+            elif isinstance(exc, RepositoryError):
+                # a file the repository cannot use (EIO, EACCES...): said, not a traceback
+                log.error("data error on %s %s: %s", req.method, _shown(req.raw_path), exc)
+                response = self.error_response(S3Error("InternalError"), req)
             else:
                 log.exception("internal error on %s %s", req.method, _shown(req.raw_path))
                 response = self.error_response(S3Error("InternalError"), req)

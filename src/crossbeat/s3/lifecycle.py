@@ -401,17 +401,17 @@ class LifecycleRunner:
         writes: a damaged file must not stop lifecycle for good. A start in the future (a
         clock that stepped back, a copy from another machine) counts as no start."""
         try:
-            state = json.loads(self.state_path.read_text())
+            saved = json.loads(self.state_path.read_text())
         except FileNotFoundError:
             return {}
         except (OSError, ValueError) as exc:
             log.warning("lifecycle state %s unreadable (%s): starting afresh", self.state_path, exc)
             return {}
-        started, finished, bucket = (state.get(k) for k in ("started", "finished", "bucket")) \
-            if isinstance(state, dict) else (None, None, None)
+        state: dict[str, Any] = saved if isinstance(saved, dict) else {}
+        started, finished, bucket = state.get("started"), state.get("finished"), state.get("bucket")
         if not (isinstance(started, (int, float)) and not isinstance(started, bool)
                 and isinstance(finished, bool) and isinstance(bucket, str)):
-            log.warning("lifecycle state %s is not valid (%r): starting afresh", self.state_path, state)
+            log.warning("lifecycle state %s is not valid (%r): starting afresh", self.state_path, saved)
             return {}
         if started > time.time():
             log.warning("lifecycle state %s starts in the future: a pass is due", self.state_path)

@@ -13,12 +13,15 @@ import contextlib
 import errno
 import logging
 import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 log = logging.getLogger(__name__)
 
 RESERVE_BYTES = 4 * 1024 * 1024
 NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+T = TypeVar("T")
 
 
 class SpaceReserve:
@@ -62,3 +65,13 @@ class SpaceReserve:
             return False
         log.warning("disk full: released the %d bytes reserved at %s to free space", self.size, self.path)
         return True
+
+    def spend_on(self, write: Callable[[], T]) -> T:
+        """`write()`; if it fails for want of space, once more with the reserve given back
+        (`write` must leave things as they were when it fails, as placement writes do)."""
+        try:
+            return write()
+        except OSError as exc:
+            if exc.errno not in NO_SPACE or not self.release():
+                raise
+        return write()

@@ -36,7 +36,7 @@ from crossbeat.stream.errors import (
 from crossbeat.stream.flusher import Flusher
 from crossbeat.stream.placement import PlacementDriver, StreamMeta
 from crossbeat.stream.range_server import RangeReplica, RangeServer
-from crossbeat.stream.reserve import NO_SPACE, SpaceReserve
+from crossbeat.stream.reserve import SpaceReserve
 from crossbeat.stream.settings import StreamSettings
 from crossbeat.stream.stream import Stream
 
@@ -197,14 +197,9 @@ class StreamStore:
         for name in names:
             if name not in self._streams:
                 raise StreamNotFound(f"stream {name!r} does not exist")
-        try:
-            metas = self._placement.delete_streams(names)
-        except OSError as exc:
-            # deleting a topic is how an operator frees a full disk: spend the reserve on
-            # the placement write that must come first (see `reserve`)
-            if exc.errno not in NO_SPACE or not self.reserve.release():
-                raise
-            metas = self._placement.delete_streams(names)
+        # deleting a topic is how an operator frees a full disk: the placement write that
+        # must come first may spend the reserve (see `reserve`)
+        metas = self.reserve.spend_on(lambda: self._placement.delete_streams(names))
         for meta in metas:
             stream = self._streams.pop(meta.name)
             stream._mark_gone(StreamNotFound(f"stream {meta.name!r} was deleted"))

@@ -22,7 +22,6 @@ from crossbeat.stream.errors import OffsetOutOfRange, StoreFailed, StreamError
 from crossbeat.stream.header_walk import HeaderWalk
 from crossbeat.stream.placement import RangeInfo, StreamMeta
 from crossbeat.stream.range_server import RangeReplica
-from crossbeat.stream.reserve import NO_SPACE
 from crossbeat.stream.settings import StreamSettings
 
 if TYPE_CHECKING:
@@ -433,12 +432,7 @@ class Stream:
     def _advance_start(self, offset: int) -> list[RangeInfo]:
         """Persist `offset` as the stream's start; on a full disk, with the store's reserve
         released (see `reserve`), so that the segments below it can go and free space."""
-        try:
-            return self._store._placement.advance_start(self.name, offset)
-        except OSError as exc:
-            if exc.errno not in NO_SPACE or not self._store.reserve.release():
-                raise
-        return self._store._placement.advance_start(self.name, offset)
+        return self._store.reserve.spend_on(lambda: self._store._placement.advance_start(self.name, offset))
 
     async def delete_before(self, offset: int) -> int:
         """Advance the log start offset to `offset` (Kafka's DeleteRecords) and return the
