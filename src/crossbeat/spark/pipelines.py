@@ -6,7 +6,9 @@
   with one compare-and-set batch (`StatusUpdater.try_batch`, unless
   `apply_status_inline = false`) and produces them to `crossbeat-replication-status`,
   those it set marked `applied`. Pausing a site holds its query's offsets (the source's
-  pause gate on `crossbeat-replication-control`), so nothing is lost or skipped.
+  pause gate on `crossbeat-replication-control`), so nothing is lost or skipped. A site
+  or source that does not answer holds the running batch in the same way (see
+  `ReplicationProcessor.process_batch`): its versions stay PENDING, not FAILED.
 - `replication-status` (group `crossbeat-replication-status`): applies the outcomes not
   marked `applied` to the source metadata with compare-and-set and retries
   (`StatusUpdater.apply_batch`).

@@ -167,11 +167,13 @@ multipart_threshold_bytes = 5242880
 part_size_bytes = 5242880
 concurrency = 8
 
+unavailable_probe_max_s = 1
+
 [extensions.replication.retry]
 max_attempts = 12
-max_seconds = 45
+max_seconds = 3
 backoff_min_s = 0.2
-backoff_max_s = 4
+backoff_max_s = 1
 
 [extensions.replication.sites.b]
 endpoint = "http://127.0.0.1:{ports['b']}"

@@ -23,8 +23,8 @@ import contextlib
 import copy
 import hashlib
 import threading
-from collections.abc import Iterable, Iterator
-from typing import Any, Protocol
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, Protocol, TypeVar
 from urllib.parse import urlencode
 
 from crossbeat.extensions.replication.errors import ReplicationError, http_error
@@ -33,12 +33,18 @@ from crossbeat.extensions.replication.messages import content_fingerprint
 from crossbeat.extensions.replication.settings import SiteSettings
 from crossbeat.extensions.replication.status import REPLICA
 
+T = TypeVar("T")
+
 SMALL_VERSION_BYTES = 1024 * 1024
 
 
 class Destination(Protocol):
     def replicate(self, md: dict[str, Any], source: GatewayClient) -> str:
         """Write version `md` (source metadata) there; returns the dataStoreVersionId."""
+        ...
+
+    def ping(self) -> None:
+        """Raise an `unavailable` ReplicationError while the site does not answer."""
         ...
 
 
@@ -142,6 +148,9 @@ class CrossbeatDestination:
             raise
         return version_id
 
+    def ping(self) -> None:
+        self.client.ping()
+
     def replicate_batch(
         self, versions: list[tuple[dict[str, Any], bytes]]
     ) -> list[ReplicationError | None]:
@@ -242,15 +251,26 @@ class S3Destination:
         self.part_size = part_size
 
     def replicate(self, md: dict[str, Any], source: GatewayClient) -> str:
-        from botocore.exceptions import BotoCoreError, ClientError
+        return self._call(lambda: self._replicate(md, source))
+
+    def ping(self) -> None:
+        self._call(self.client.list_buckets)
+
+    @staticmethod
+    def _call(fn: Callable[[], T]) -> T:
+        from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError
+        from botocore.exceptions import ConnectionError as BotoConnectionError
 
         try:
-            return self._replicate(md, source)
+            return fn()
         except ClientError as exc:
             status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 500))
             raise http_error("s3 destination", status, str(exc)) from exc
         except BotoCoreError as exc:
-            raise ReplicationError(f"s3 destination: {exc}", retryable=True) from exc
+            # refused, timed out, cut off: the site, not this request, is the trouble
+            unavailable = isinstance(exc, (BotoConnectionError, HTTPClientError))
+            raise ReplicationError(f"s3 destination: {exc}", retryable=True,
+                                   unavailable=unavailable) from exc
 
     def _replicate(self, md: dict[str, Any], source: GatewayClient) -> str:
         bucket, key, version_id = md["bucket"], md["key"], md["versionId"]

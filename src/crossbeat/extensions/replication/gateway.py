@@ -19,7 +19,13 @@ import crc32c
 import orjson
 import urllib3
 
-from crossbeat.extensions.replication.errors import ReplicationError, RevisionMismatch, http_error
+from crossbeat.extensions.replication.errors import (
+    UNAVAILABLE_CODES,
+    UNAVAILABLE_STATUSES,
+    ReplicationError,
+    RevisionMismatch,
+    http_error,
+)
 from crossbeat.extensions.replication.settings import Endpoint
 from crossbeat.populator.auth import UNSIGNED_PAYLOAD, SigV4Signer, quote_path, quote_query
 
@@ -41,7 +47,8 @@ class ObjectStream:
         try:
             yield from self._resp.stream(READ_CHUNK)
         except urllib3.exceptions.HTTPError as exc:
-            raise ReplicationError(f"reading object data: {exc!r}", retryable=True) from exc
+            raise ReplicationError(f"reading object data: {exc!r}", retryable=True,
+                                   unavailable=True) from exc
 
     def readinto(self, buffer: bytearray | memoryview) -> int:
         """Fill `buffer`; fewer bytes only at the end of the object."""
@@ -54,7 +61,8 @@ class ObjectStream:
                     break
                 filled += n
         except urllib3.exceptions.HTTPError as exc:
-            raise ReplicationError(f"reading object data: {exc!r}", retryable=True) from exc
+            raise ReplicationError(f"reading object data: {exc!r}", retryable=True,
+                                   unavailable=True) from exc
         return filled
 
 
@@ -98,7 +106,8 @@ class GatewayClient:
                 redirect=False,
             )
         except urllib3.exceptions.HTTPError as exc:
-            raise ReplicationError(f"{what}: {exc!r}", retryable=True) from exc
+            # refused, timed out, cut off: the endpoint, not this request, is the trouble
+            raise ReplicationError(f"{what}: {exc!r}", retryable=True, unavailable=True) from exc
 
     @staticmethod
     def _text(resp: urllib3.BaseHTTPResponse) -> str:
@@ -279,6 +288,14 @@ class GatewayClient:
         finally:
             resp.release_conn()
 
+    def ping(self) -> None:
+        """Raise the `unavailable` ReplicationError of an endpoint that does not answer, or
+        answers that it cannot take requests; return if it answers otherwise (ListBuckets:
+        a refusal is an answer)."""
+        resp = self._request("GET", "/", "ping")
+        if resp.status in UNAVAILABLE_STATUSES:
+            raise http_error(f"ping {self.endpoint}", resp.status, self._text(resp))
+
     def close(self) -> None:
         self._http.clear()
 
@@ -289,5 +306,6 @@ def _item_error(result: dict[str, Any], what: str) -> ReplicationError | None:
         return None
     code = str(result.get("error"))
     # what a single request's 5xx would be: a full destination disk (507) may be freed
-    retryable = code in ("InternalError", "ServiceUnavailable", "SlowDown", "InsufficientCapacity")
-    return ReplicationError(f"{what}: {code}: {result.get('message', '')}", retryable=retryable)
+    return ReplicationError(f"{what}: {code}: {result.get('message', '')}",
+                            retryable=code == "InternalError",
+                            unavailable=code in UNAVAILABLE_CODES)

@@ -4,6 +4,11 @@ For each `ReplicationEntry` naming this site, the processor re-reads the source 
 (so redelivered and stale entries act on the present state), skips the site when it is
 already COMPLETED or the version is gone, replicates with bounded retries, and returns a
 `ReplicationOutcome` (COMPLETED or FAILED) for `crossbeat-replication-status`.
+
+An endpoint that does not answer is not a failure of the versions: `process_batch` holds
+them and returns only once both endpoints answer and they are settled (or after
+`unavailable_hold_s`), so the caller's offsets wait with them and an outage of the site,
+however long within that bound, ends without FAILED versions or an operator's retry.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 from crossbeat.extensions.replication.destinations import (
@@ -42,6 +48,27 @@ class _Skip(Exception):
     """Nothing to do for this entry (site already COMPLETED, not a destination, gone)."""
 
 
+@dataclass
+class _Held:
+    """An entry left unsettled because an endpoint was unavailable."""
+
+    entry: ReplicationEntry
+    error: ReplicationError
+    attempts: int
+    md: dict[str, Any]
+
+
+class _Pass:
+    """One pass over a batch's entries. Once an endpoint is found unavailable (an entry's
+    retries spent on it), the pass holds every entry it has not settled without trying it:
+    the next entry of that object must not overtake it, and the others would only spend
+    their own retries on the same outage."""
+
+    def __init__(self, hold: bool) -> None:
+        self.hold = hold
+        self.down: ReplicationError | None = None
+
+
 class ReplicationProcessor:
     """Replicates entries to `site`; thread-safe, one instance per process is enough."""
 
@@ -66,9 +93,17 @@ class ReplicationProcessor:
         self._sleep = sleep
 
     def process(self, entry: ReplicationEntry) -> ReplicationOutcome | None:
-        """The outcome of replicating `entry` here, or None when there was nothing to do."""
+        """The outcome of replicating `entry` here, or None when there was nothing to do
+        (no holding: an unavailable endpoint fails it once its retries are spent)."""
+        result = self._process(entry, _Pass(hold=False))
+        assert not isinstance(result, _Held)
+        return result
+
+    def _process(self, entry: ReplicationEntry, pass_: _Pass) -> ReplicationOutcome | _Held | None:
         if self.site not in entry.sites:
             return None
+        if pass_.down is not None:
+            return _Held(entry, pass_.down, 0, {})
         seen: dict[str, Any] = {}
 
         def attempt() -> str:
@@ -85,7 +120,11 @@ class ReplicationProcessor:
             result, error, attempts = with_retries(self.settings.retry, attempt, sleep=self._sleep)
         except _Skip:
             return None
-        return self._outcome(entry, seen.get("md") or {}, error, attempts, result or "")
+        md = seen.get("md") or {}
+        if error is not None and error.unavailable and pass_.hold:
+            pass_.down = error
+            return _Held(entry, error, attempts, md)
+        return self._outcome(entry, md, error, attempts, result or "")
 
     def process_batch(self, entries: Sequence[ReplicationEntry]) -> list[ReplicationOutcome]:
         """Outcomes for `entries` (redelivered duplicates count once).
@@ -95,15 +134,71 @@ class ReplicationProcessor:
         replicas at the destination. Whatever the batch path cannot settle (a large version,
         bytes the source could not inline, a batch request or item that failed retryably)
         goes through `process`, per object in order and objects in parallel, with retries.
+
+        Entries held for an unavailable endpoint (see `_Pass`) are passed over again, in
+        their order, once both endpoints answer a probe; this call returns when none is
+        held, or fails those still held after `unavailable_hold_s`.
         """
         unique: dict[tuple[str, str, str], ReplicationEntry] = {}
         for e in entries:
             if self.site in e.sites:
                 unique.setdefault((e.bucket, e.key, e.versionId), e)
         todo = list(unique.values())
-        if not isinstance(self.destination, CrossbeatDestination):
-            return self._one_by_one(todo)
-        destination = self.destination
+        hold_s = self.settings.unavailable_hold_s
+        outcomes: list[ReplicationOutcome] = []
+        held_since: float | None = None
+        while todo:
+            settled, held = self._pass(todo, _Pass(hold=hold_s > 0))
+            outcomes += settled
+            if not held:
+                break
+            now = time.monotonic()
+            if held_since is None:
+                held_since = now
+                log.warning("replication to %s: holding %d versions PENDING until the endpoints "
+                            "answer again (up to %.0f s): %s", self.site, len(held), hold_s, held[0].error)
+            if now - held_since >= hold_s:
+                log.error("replication to %s: endpoints unavailable for %.0f s; failing the %d "
+                          "versions held", self.site, now - held_since, len(held))
+                return outcomes + [self._outcome(h.entry, h.md, h.error, h.attempts) for h in held]
+            self._wait_until_answering(held_since + hold_s)
+            order = {id(e): i for i, e in enumerate(todo)}
+            todo = sorted((h.entry for h in held), key=lambda e: order[id(e)])
+        if held_since is not None:
+            log.warning("replication to %s: endpoints answer again after %.0f s of holding",
+                        self.site, time.monotonic() - held_since)
+        return outcomes
+
+    def _wait_until_answering(self, deadline: float) -> None:
+        """Probe the source and the site, backing off, until both answer (or `deadline`)."""
+        delay = self.settings.retry.backoff_min_s
+        while True:
+            try:
+                self.source.ping()
+                self.destination.ping()
+                return
+            except ReplicationError as exc:
+                if not exc.unavailable:
+                    return  # it answers; what it says is for the versions' own attempts
+            if time.monotonic() + delay >= deadline:
+                return
+            self._sleep(delay)
+            delay = min(delay * 2, self.settings.unavailable_probe_max_s)
+
+    def _pass(
+        self, todo: list[ReplicationEntry], pass_: _Pass
+    ) -> tuple[list[ReplicationOutcome], list[_Held]]:
+        """One pass over `todo`: (outcomes settled, entries held)."""
+        if isinstance(self.destination, CrossbeatDestination):
+            results = self._batch_paths(self.destination, todo, pass_)
+        else:
+            results = self._one_by_one(todo, pass_)
+        return ([r for r in results if isinstance(r, ReplicationOutcome)],
+                [r for r in results if isinstance(r, _Held)])
+
+    def _batch_paths(
+        self, destination: CrossbeatDestination, todo: list[ReplicationEntry], pass_: _Pass
+    ) -> list[ReplicationOutcome | _Held]:
         # Objects with a version known to be large stream on their own path from the start,
         # beside the batches of small ones, rather than after them (all of an object's
         # versions go one way, so they stay in order).
@@ -112,30 +207,35 @@ class ReplicationProcessor:
         large = [e for e in todo if (e.bucket, e.key) in large_objects]
         small = [e for e in todo if (e.bucket, e.key) not in large_objects]
         chunks = _chunks(small, BATCH_VERSIONS)
-        outcomes: list[ReplicationOutcome] = []
+        results: list[ReplicationOutcome | _Held] = []
         rest: list[ReplicationEntry] = []
         with ThreadPoolExecutor(max_workers=1) as streaming:
-            early = streaming.submit(self._one_by_one, large) if large else None
+            early = streaming.submit(self._one_by_one, large, pass_) if large else None
             # A few chunks in flight: one reads at the source while another writes at the
             # destination, and a multi-process destination gateway writes several at once.
             with ThreadPoolExecutor(max_workers=min(BATCHES_IN_FLIGHT, len(chunks) or 1)) as pool:
-                for done, left in pool.map(lambda c: self._batched(destination, c), chunks):
-                    outcomes += done
+                for done, left in pool.map(lambda c: self._batched(destination, c, pass_), chunks):
+                    results += done
                     rest += left
             if early is not None:
-                outcomes += early.result()
-        return outcomes + self._one_by_one(rest)
+                results += early.result()
+        return results + self._one_by_one(rest, pass_)
 
-    def _one_by_one(self, entries: Sequence[ReplicationEntry]) -> list[ReplicationOutcome]:
+    def _one_by_one(
+        self, entries: Sequence[ReplicationEntry], pass_: _Pass
+    ) -> list[ReplicationOutcome | _Held]:
         results = run_keyed(
-            entries, lambda e: (e.bucket, e.key), self.process, self.settings.concurrency
+            entries, lambda e: (e.bucket, e.key), lambda e: self._process(e, pass_),
+            self.settings.concurrency,
         )
         return [r for r in results if r is not None]
 
     def _batched(
-        self, destination: CrossbeatDestination, entries: Sequence[ReplicationEntry]
-    ) -> tuple[list[ReplicationOutcome], list[ReplicationEntry]]:
-        """(outcomes settled by the batch path, entries left for `process`)."""
+        self, destination: CrossbeatDestination, entries: Sequence[ReplicationEntry], pass_: _Pass
+    ) -> tuple[list[ReplicationOutcome | _Held], list[ReplicationEntry]]:
+        """(outcomes settled by the batch path, entries left for `_process`)."""
+        if pass_.down is not None:
+            return [], list(entries)
         try:
             read = self.source.batch_read(
                 [(e.bucket, e.key, e.versionId) for e in entries], SMALL_VERSION_BYTES
@@ -156,7 +256,7 @@ class ReplicationProcessor:
                 small.append((entry, md, data))
             else:
                 rest.append(entry)
-        outcomes: list[ReplicationOutcome] = []
+        outcomes: list[ReplicationOutcome | _Held] = []
         for group in _by_bytes(small, BATCH_BYTES):
             try:
                 errors = destination.replicate_batch([(md, data) for _, md, data in group])

@@ -71,6 +71,15 @@ class ReplicationSettings(BaseSettings):
     # and its COMPLETED status. False: the status pipeline applies every outcome.
     apply_status_inline: bool = True
     retry: RetrySettings = RetrySettings()
+    # An endpoint (the site or the source) that does not answer, or answers 502, 503, 504
+    # or 507, says nothing about the versions being replicated. Once their retries are
+    # spent, the batch holds them (PENDING; the query's offsets do not move) and probes both
+    # endpoints, backing off up to `unavailable_probe_max_s`, until they answer; then it
+    # replicates them. After `unavailable_hold_s` of holding they go FAILED as any other
+    # failure (`crossbeat replication retry`), so that a site gone for good does not keep
+    # its entries waiting for ever. 0 = no holding: FAILED once the retries are spent.
+    unavailable_hold_s: float = Field(default=24 * 3600.0, ge=0)
+    unavailable_probe_max_s: float = Field(default=30.0, gt=0)
 
     @model_validator(mode="after")
     def _default_credentials(self) -> ReplicationSettings:
