@@ -21,6 +21,8 @@ from typing import Any
 
 from confluent_kafka import Consumer, TopicPartition
 
+from crossbeat.populator.client_settings import RECONNECT
+
 log = logging.getLogger(__name__)
 
 
@@ -34,6 +36,7 @@ class GroupLease:
         self._held: set[int] = set()
         self._consumer = Consumer(
             {
+                **RECONNECT,
                 "bootstrap.servers": brokers,
                 "group.id": group,
                 "enable.auto.commit": False,

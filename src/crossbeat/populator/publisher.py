@@ -12,6 +12,7 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from crossbeat.errors import CrossbeatError
+from crossbeat.populator.client_settings import RECONNECT
 from crossbeat.populator.extension import CHECKPOINT_KIND, Message
 
 log = logging.getLogger(__name__)
@@ -27,7 +28,7 @@ def ensure_topics(
     brokers: str, topics: Iterable[str], partitions: int, *, timeout: float = 30.0
 ) -> None:
     """Create missing topics; an existing topic is fine whatever its partition count."""
-    admin = AdminClient({"bootstrap.servers": brokers})
+    admin = AdminClient({"bootstrap.servers": brokers, **RECONNECT})
     existing = set(admin.list_topics(timeout=timeout).topics)
     missing = [t for t in topics if t not in existing]
     if not missing:
@@ -55,6 +56,7 @@ class Publisher:
 
     def __init__(self, brokers: str, *, extra: Mapping[str, Any] | None = None) -> None:
         conf: dict[str, Any] = {
+            **RECONNECT,
             "bootstrap.servers": brokers,
             "acks": "all",
             "linger.ms": 5,

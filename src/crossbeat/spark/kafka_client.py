@@ -13,6 +13,7 @@ import pyarrow as pa
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
 from crossbeat.errors import CrossbeatError
+from crossbeat.populator.client_settings import RECONNECT
 from crossbeat.spark.offsets import Offsets
 from crossbeat.spark.worker_heap import freeze_heap
 
@@ -89,6 +90,7 @@ def consumer(
     `settings` (the `kafka.*` options, e.g. security ones; see source_options.REFUSED_KAFKA for
     those that may not override ours)."""
     conf: dict[str, Any] = {
+        **RECONNECT,
         "bootstrap.servers": brokers,
         # assign() never joins a group, but librdkafka wants an id for the consumer object.
         "group.id": group or f"crossbeat-spark-reader-{uuid.uuid4().hex[:8]}",

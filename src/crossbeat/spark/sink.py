@@ -52,6 +52,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
+from crossbeat.populator.client_settings import RECONNECT
 from crossbeat.spark.source_options import KNOWN_OPTIONS
 
 log = logging.getLogger(__name__)
@@ -60,7 +61,8 @@ log = logging.getLogger(__name__)
 _REFUSED = {
     "transactional.id": "the crossbeat-kafka sink is not transactional (delivery is at least once)",
 }
-_DEFAULTS = {"enable.idempotence": "true", "partitioner": "murmur2_random"}
+_DEFAULTS = {"enable.idempotence": "true", "partitioner": "murmur2_random",
+             **{k: str(v) for k, v in RECONNECT.items()}}
 _FLUSH_STEP_S = 1.0
 
 
