@@ -50,7 +50,9 @@ async def handle(ctx: Context, req: Any) -> Any:
             await broker.offsets.commit(req.group_id, entries)
         except OSError as exc:
             log.error("group %s: offset commit failed: %s", req.group_id, exc)
-            results = [(t, [(i, code or int(ErrorCode.UNKNOWN_SERVER_ERROR)) for i, code in ps])
+            # Kafka's answer when the offsets log cannot be written (a storage error):
+            # NOT_COORDINATOR, which clients retry after looking the coordinator up again.
+            results = [(t, [(i, code or int(ErrorCode.NOT_COORDINATOR)) for i, code in ps])
                        for t, ps in results]
     return OffsetCommitResponse(
         throttle_time_ms=0,
