@@ -97,6 +97,8 @@ from kafka.protocol.producer import (
     ProduceResponse,
     TxnOffsetCommitRequest,
     TxnOffsetCommitResponse,
+    WriteTxnMarkersRequest,
+    WriteTxnMarkersResponse,
 )
 from kafka.protocol.schemas.fields.codecs.types import UUID
 
@@ -129,8 +131,9 @@ class ApiSpec:
     transaction APIs clients send (InitProducerId v0-v4 — v3+ lets a producer recover
     from an abortable error by an epoch bump (KIP-360) —, AddPartitionsToTxn v0-v3 — v4+ is the broker-to-broker
     form —, AddOffsetsToTxn v0-v3, EndTxn v0-v3 — v4+ is KIP-890's transaction
-    version 2 —, TxnOffsetCommit v0-v3), and the admin ones, DescribeTransactions v0 and
-    ListTransactions v0-v2 (v2 filters by a regular expression). The admin APIs of
+    version 2 —, TxnOffsetCommit v0-v3), and the admin ones, DescribeTransactions v0,
+    ListTransactions v0-v2 (v2 filters by a regular expression) and WriteTxnMarkers v0-v2
+    (which admin tools send to abort a hanging transaction). The admin APIs of
     log dirs, ACLs and producer states are answered at every version kafka-python knows
     too (their v0s went with Kafka 4): DescribeLogDirs v1-v5, DescribeAcls, CreateAcls
     and DeleteAcls v1-v3 (always SECURITY_DISABLED: there is no authorizer), and
@@ -176,6 +179,7 @@ APIS: dict[int, ApiSpec] = {
         _spec(24, AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, 0, 3),
         _spec(25, AddOffsetsToTxnRequest, AddOffsetsToTxnResponse, 0, 3),
         _spec(26, EndTxnRequest, EndTxnResponse, 0, 3),
+        _spec(27, WriteTxnMarkersRequest, WriteTxnMarkersResponse, 0, 2),
         _spec(28, TxnOffsetCommitRequest, TxnOffsetCommitResponse, 0, 3),
         _spec(29, DescribeAclsRequest, DescribeAclsResponse, 1, 3),
         _spec(30, CreateAclsRequest, CreateAclsResponse, 1, 3),

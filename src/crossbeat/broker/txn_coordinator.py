@@ -68,6 +68,26 @@ MAX_EPOCH = 32766  # Kafka bumps to a new producer id rather than reach Short.MA
 Partition = tuple[str, int]
 
 
+async def write_marker(
+    broker: Broker, topic: str, index: int, pid: int, epoch: int, commit: bool
+) -> int | None:
+    """Append the marker ending producer `pid`'s transaction on a partition (commit or
+    abort) and apply it to the partition's transaction index and producer state; returns
+    its offset, or None if the partition does not exist (deleted: nothing to end). Raises
+    what the append raises (OSError, StreamError)."""
+    stream = broker.topics.partition(topic, index)
+    if stream is None:
+        return None
+    await broker.partition_txns.ensure(stream)  # built off the loop the first time
+    if broker.topics.partition(topic, index) is not stream:  # deleted meanwhile
+        return None
+    txns = broker.partition_txns.get(stream)  # before the append: a rebuild must not see it
+    offset = await stream.append(control_batch(pid, epoch, commit, _now_ms()))
+    txns.end(pid, offset, commit)
+    broker.producers.marked(stream, pid, epoch)
+    return offset
+
+
 def _now_ms() -> int:
     return int(time.time() * 1000)
 
@@ -284,20 +304,8 @@ class TxnCoordinator:
         await self._save(txn, new)
 
     async def _mark(self, txn: Txn, topic: str, index: int, commit: bool) -> None:
-        b = self._broker
-        stream = b.topics.partition(topic, index)
-        if stream is None:  # deleted since: nothing to mark
-            txn.marked.add((topic, index))
-            return
-        await b.partition_txns.ensure(stream)  # built off the loop the first time
-        if b.topics.partition(topic, index) is not stream:  # deleted meanwhile
-            txn.marked.add((topic, index))
-            return
-        txns = b.partition_txns.get(stream)  # before the append: a rebuild must not see it
-        offset = await stream.append(control_batch(txn.pid, txn.epoch, commit, _now_ms()))
+        await write_marker(self._broker, topic, index, txn.pid, txn.epoch, commit)
         txn.marked.add((topic, index))
-        txns.end(txn.pid, offset, commit)
-        b.producers.marked(stream, txn.pid, txn.epoch)
 
     # -- requests --------------------------------------------------------------------------
     def _check(self, tid: str, pid: int, epoch: int) -> tuple[Txn | None, ErrorCode]:

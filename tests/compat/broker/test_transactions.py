@@ -284,3 +284,54 @@ def test_abortable_error_is_recovered_with_an_epoch_bump(broker: BrokerProcess, 
     producer.abort_transaction(20)
     produce_txn(producer, topic, [b"after"], commit=True)
     assert read_values(broker.address, topic, 1, "read_committed") == [b"after"]
+
+
+def test_a_transaction_its_coordinator_lost_is_aborted_by_an_admin(
+    broker: BrokerProcess, topic: str,
+) -> None:
+    """The hanging transaction of KIP-664: the coordinator's state is lost (its log damaged
+    at rest), so the restart cannot abort what a partition still holds open, and the last
+    stable offset stays there. DescribeProducers finds it; kafka-python's abort_transaction
+    (WriteTxnMarkers) ends it, as `kafka-transactions.sh abort` does."""
+    from kafka import KafkaAdminClient
+    from kafka.admin import AbortTransactionSpec
+    from kafka.errors import InvalidProducerEpochError
+    from kafka.structs import TopicPartition as KTopicPartition
+
+    produce_txn(txn_producer(broker.address, "tx-kept"), topic, [b"kept"], commit=True)
+    txn_producer(broker.address, "tx-lost")
+    lost = txn_producer(broker.address, "tx-lost")  # same producer id, epoch bumped to 1
+    lost.begin_transaction()
+    lost.produce(topic, value=b"hanging")  # offset 2
+    assert lost.flush(20) == 0
+    broker.kill()
+    (broker.data_dir / "transactions.log").write_bytes(b"")  # the coordinator's state, lost
+    broker.start()
+    assert offsets(broker.address, topic) == (2, 3)  # held at the hanging transaction
+
+    tp = KTopicPartition(topic, 0)
+    admin = KafkaAdminClient(bootstrap_servers=broker.address)
+    try:
+        (hanging,) = [p for p in admin.describe_producers([tp])[tp].active_producers
+                      if p.current_transaction_start_offset >= 0]
+        assert (hanging.current_transaction_start_offset, hanging.producer_epoch) == (2, 1)
+        with pytest.raises(InvalidProducerEpochError):  # epoch 0's transaction is over
+            admin.abort_transaction(AbortTransactionSpec(tp, hanging.producer_id, 0))
+        assert offsets(broker.address, topic) == (2, 3)
+        spec = AbortTransactionSpec(tp, hanging.producer_id, hanging.producer_epoch)
+        admin.abort_transaction(spec)
+        assert offsets(broker.address, topic) == (4, 4)  # the abort marker at 3
+        admin.abort_transaction(spec)  # nothing open any more: no second marker
+        assert offsets(broker.address, topic) == (4, 4)
+        assert [p.current_transaction_start_offset
+                for p in admin.describe_producers([tp])[tp].active_producers] == [-1, -1]
+    finally:
+        admin.close()
+    assert read_values(broker.address, topic, 1, "read_committed") == [b"kept"]
+    later = txn_producer(broker.address, "tx-later")
+    produce_txn(later, topic, [b"later"], commit=True)
+    assert read_values(broker.address, topic, 2, "read_committed") == [b"kept", b"later"]
+    assert read_values(broker.address, topic, 3, "read_uncommitted") == [
+        b"kept", b"hanging", b"later"]
+    assert broker.service is not None
+    assert any("ended by a WriteTxnMarkers ABORT" in line for line in broker.service.output)

@@ -42,6 +42,7 @@ from crossbeat.broker.handlers import (
     produce,
     sync_group,
     txn_offset_commit,
+    write_txn_markers,
 )
 from crossbeat.broker.handlers.context import Context, Handler
 
@@ -68,6 +69,7 @@ HANDLERS: dict[int, Handler] = {
     24: add_partitions_to_txn.handle,
     25: add_offsets_to_txn.handle,
     26: end_txn.handle,
+    27: write_txn_markers.handle,
     28: txn_offset_commit.handle,
     29: describe_acls.handle,
     30: create_acls.handle,
