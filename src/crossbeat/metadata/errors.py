@@ -58,6 +58,15 @@ class NoSuchUpload(MetadataError):
         self.upload_id = upload_id
 
 
+class PartReplaced(MetadataError):
+    """`complete_upload` was given data of a part that is no longer stored: an UploadPart of
+    the same number replaced it (and its data is being freed) after the caller read it."""
+
+    def __init__(self, upload_id: str) -> None:
+        super().__init__(f"a part of upload {upload_id!r} named by the completion was replaced")
+        self.upload_id = upload_id
+
+
 class RevisionMismatch(MetadataError):
     """Compare-and-set lost: `current` is the stored metadata now (None if the version is gone)."""
 

@@ -247,7 +247,8 @@ class MetadataStore(abc.ABC):
     ) -> tuple[list[Meta], list[Meta]]:
         """In one transaction put_version(meta) and remove the upload and its parts. Returns
         (displaced versions, unused parts): a part is unused when none of its location
-        entries (location, dataKey) appears in meta["location"]. NoSuchUpload."""
+        entries (location, dataKey) appears in meta["location"]. NoSuchUpload; PartReplaced
+        (nothing changed) when a location entry of meta["location"] is no stored part's."""
 
     @abc.abstractmethod
     def abort_upload(self, upload_id: str) -> list[Meta]:

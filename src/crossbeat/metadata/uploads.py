@@ -7,7 +7,7 @@ from typing import Any
 
 from crossbeat.metadata import buckets, versions
 from crossbeat.metadata.codec import dump, load, require_str
-from crossbeat.metadata.errors import InvalidMetadata, NoSuchUpload
+from crossbeat.metadata.errors import InvalidMetadata, NoSuchUpload, PartReplaced
 from crossbeat.metadata.store import Meta, Precondition
 from crossbeat.metadata.versions import prefix_end
 from crossbeat.metadata.writer import WriteTxn
@@ -138,8 +138,14 @@ def complete(
     bucket, key, _ = _row(txn.conn, upload_id)
     if not isinstance(meta, dict) or meta.get("bucket") != bucket or meta.get("key") != key:
         raise InvalidMetadata(f"upload {upload_id!r} belongs to {bucket}/{key}")
-    _, displaced = versions.put(txn, meta, precondition)
     used = _location_keys(meta.get("location"))
+    # The caller chose the parts before this transaction: an UploadPart of the same number
+    # may have replaced one since, and its replacer frees the old data. Committing a version
+    # that points at it would acknowledge an object that can never be read.
+    if not used <= _location_keys([loc for p in _parts(txn.conn, upload_id)
+                                   for loc in p.get("location") or []]):
+        raise PartReplaced(upload_id)
+    _, displaced = versions.put(txn, meta, precondition)
     parts = _remove(txn.conn, upload_id)
     unused = [p for p in parts if not (_location_keys(p.get("location")) & used)]
     return displaced, unused

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from crossbeat.metadata import Bucket
-from crossbeat.metadata.errors import NoSuchUpload
+from crossbeat.metadata.errors import NoSuchUpload, PartReplaced
 from crossbeat.metadata.ids import new_upload_id
 from crossbeat.repositories import Location
 from crossbeat.s3 import checksums, listing, xmldoc
@@ -248,6 +248,10 @@ async def complete_upload(gw: Gateway, req: Request, p: Principal, ctx: Any) -> 
     except NoSuchUpload:
         # completed (or aborted) by a request that overtook this one
         return await _completed_already(gw, req, bucket, upload_id, requested)
+    except PartReplaced as exc:
+        # an UploadPart of a part named here overtook this Complete: its ETag is no longer
+        # the one given, as AWS answers when the replacement came first
+        raise S3Error("InvalidPart") from exc
     await gw.free(displaced + unused)
     return _completed(gw, req, bucket, meta)
 

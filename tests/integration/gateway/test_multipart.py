@@ -252,3 +252,45 @@ def test_complete_refuses_a_checksum_the_upload_does_not_have(s3: Any, bucket: s
         s3.complete_multipart_upload(Bucket=bucket, Key="k", UploadId=uid, MultipartUpload={"Parts": parts}, ChecksumSHA256="x" * 43 + "=")
     assert exc.value.response["Error"]["Code"] == "InvalidRequest"
     s3.complete_multipart_upload(Bucket=bucket, Key="k", UploadId=uid, MultipartUpload={"Parts": parts})
+
+
+def test_a_complete_racing_a_replacement_of_its_part_never_acknowledges_lost_data(
+    s3: Any, gateway: Any, bucket: str,
+) -> None:
+    """UploadPart of part 1 again while a Complete naming the first part 1 runs: whichever
+    commits first wins (the other gets InvalidPart or NoSuchUpload, as on AWS). The Complete
+    used to commit the replaced part's location, whose data the replacer freed: 200 OK for
+    an object that answered 500 to every GET."""
+    import concurrent.futures
+    import random
+    import time
+
+    from tests.support.gateway import s3_client
+
+    second = s3_client(gateway.url)  # the racing requests on their own connections
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        for n in range(60):
+            key = f"race/{n}"
+            uid = s3.create_multipart_upload(Bucket=bucket, Key=key)["UploadId"]
+            first, replacement = os.urandom(2000 + n), os.urandom(3000 + n)
+            etag = s3.upload_part(Bucket=bucket, Key=key, UploadId=uid, PartNumber=1, Body=first)["ETag"]
+
+            def outcome(call: Any) -> str:
+                try:
+                    call()
+                    return "ok"
+                except botocore.exceptions.ClientError as exc:
+                    return str(exc.response["Error"]["Code"])
+
+            replace = pool.submit(outcome, lambda: second.upload_part(
+                Bucket=bucket, Key=key, UploadId=uid, PartNumber=1, Body=replacement))
+            delay = random.random() * 0.006  # the race: either may commit first
+            complete = pool.submit(outcome, lambda: (time.sleep(delay), s3.complete_multipart_upload(
+                Bucket=bucket, Key=key, UploadId=uid,
+                MultipartUpload={"Parts": [{"PartNumber": 1, "ETag": etag}]})))
+            done = (complete.result(), replace.result())
+            assert done in {("ok", "NoSuchUpload"), ("InvalidPart", "ok")}, done
+            if done[0] == "ok":
+                assert s3.get_object(Bucket=bucket, Key=key)["Body"].read() == first, key
+            else:
+                s3.abort_multipart_upload(Bucket=bucket, Key=key, UploadId=uid)

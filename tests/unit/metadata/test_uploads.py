@@ -121,3 +121,28 @@ def test_list_uploads_by_key_then_age_with_markers(store: SqliteMetadataStore, b
     after_first_b = store.list_uploads(bucket, key_marker="b", upload_id_marker=expected[1][1])
     assert [(u["key"], u["uploadId"]) for u in after_first_b] == expected[2:]
     assert len(store.list_uploads(bucket, limit=2)) == 2
+
+
+def test_complete_naming_a_replaced_part_changes_nothing(
+    store: SqliteMetadataStore, bucket: str
+) -> None:
+    """The Complete read part 1 before an UploadPart replaced it (whose caller frees the old
+    data): committing it would acknowledge an object whose data is gone."""
+    from crossbeat.metadata import PartReplaced
+
+    uid = start(store, bucket)
+    store.put_part(uid, part(1, "d1"))
+    store.put_part(uid, part(2, "d2"))
+    seen = store.list_parts(uid)  # what the Complete chose from
+    displaced = store.put_part(uid, part(1, "d1-again"))
+    assert displaced is not None and displaced["location"][0]["dataKey"] == "d1"
+    before = store.last_seq()
+    meta = version(bucket, "big", location=[loc for p in seen for loc in p["location"]])
+    with pytest.raises(PartReplaced):
+        store.complete_upload(uid, meta)
+    assert store.last_seq() == before
+    assert store.get_version(bucket, "big") is None
+    assert [p["location"][0]["dataKey"] for p in store.list_parts(uid)] == ["d1-again", "d2"]
+    # chosen from what is stored now, it completes
+    meta = version(bucket, "big", location=[loc for p in store.list_parts(uid) for loc in p["location"]])
+    assert store.complete_upload(uid, meta) == ([], [])
