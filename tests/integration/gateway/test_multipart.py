@@ -268,26 +268,27 @@ def test_a_complete_racing_a_replacement_of_its_part_never_acknowledges_lost_dat
     from tests.support.gateway import s3_client
 
     second = s3_client(gateway.url)  # the racing requests on their own connections
+
+    def outcome(call: Any, *, delay: float = 0.0, **kwargs: Any) -> str:
+        time.sleep(delay)
+        try:
+            call(**kwargs)
+            return "ok"
+        except botocore.exceptions.ClientError as exc:
+            return str(exc.response["Error"]["Code"])
+
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
         for n in range(60):
             key = f"race/{n}"
             uid = s3.create_multipart_upload(Bucket=bucket, Key=key)["UploadId"]
             first, replacement = os.urandom(2000 + n), os.urandom(3000 + n)
             etag = s3.upload_part(Bucket=bucket, Key=key, UploadId=uid, PartNumber=1, Body=first)["ETag"]
-
-            def outcome(call: Any) -> str:
-                try:
-                    call()
-                    return "ok"
-                except botocore.exceptions.ClientError as exc:
-                    return str(exc.response["Error"]["Code"])
-
-            replace = pool.submit(outcome, lambda: second.upload_part(
-                Bucket=bucket, Key=key, UploadId=uid, PartNumber=1, Body=replacement))
-            delay = random.random() * 0.006  # the race: either may commit first
-            complete = pool.submit(outcome, lambda: (time.sleep(delay), s3.complete_multipart_upload(
+            replace = pool.submit(outcome, second.upload_part, Bucket=bucket, Key=key,
+                                  UploadId=uid, PartNumber=1, Body=replacement)
+            complete = pool.submit(  # the race: either may commit first
+                outcome, s3.complete_multipart_upload, delay=random.random() * 0.006,
                 Bucket=bucket, Key=key, UploadId=uid,
-                MultipartUpload={"Parts": [{"PartNumber": 1, "ETag": etag}]})))
+                MultipartUpload={"Parts": [{"PartNumber": 1, "ETag": etag}]})
             done = (complete.result(), replace.result())
             assert done in {("ok", "NoSuchUpload"), ("InvalidPart", "ok")}, done
             if done[0] == "ok":
