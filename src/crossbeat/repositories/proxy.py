@@ -8,8 +8,11 @@
 
 Locations written through the proxy name the backend that holds the data, not the proxy:
 `open_repositories` makes every backend name resolve to the proxy while it is configured
-(the seed: the proxy "takes precedence over all other repositories"), and once the proxy is
-removed those locations still resolve to the right repository.
+(the seed: the proxy "takes precedence over all other repositories"). A migration
+(`migration.migrate_object`) moves data to another backend without changing the locations
+that name it, so the proxy must stay configured while any migrated object's location names
+its old backend: without it those objects read as errors (the start-up cleanup keeps their
+data, and putting the proxy back serves them again).
 """
 
 from __future__ import annotations

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
@@ -270,8 +271,22 @@ class Gateway:
         for a store whose every object is an orphan: nothing is removed and that is logged.
         Each repository also keeps its unreferenced objects when they are too many for a
         crash's leftovers (`repositories.base.orphans_plausible`).
+
+        An object is in use when any location names its objectId, whichever repository the
+        location names: objectIds are unique across repositories, and a location may name
+        another one than the repository holding the data. A migration moves data between the
+        backends of a proxy and leaves the locations naming the old backend; once the proxy
+        (or the old backend) is taken out of the configuration, matching by name took every
+        migrated object for an orphan and deleted it.
         """
         refs = self.referenced_keys()
+        unconfigured = Counter(name for name, _ in refs if name not in self.repositories)
+        if unconfigured:
+            log.error(
+                "the metadata names objects in repositories that are not configured (%s): they "
+                "read as errors until those are configured again. Data a migration moved to "
+                "another repository is kept; a proxy with both as backends serves it.",
+                ", ".join(f"{name!r}: {n}" for name, n in sorted(unconfigured.items())))
         holding = False  # whether some repository holds an object (one listing each)
         for repo, names in names_by_repository(self.repositories):
             holds = next(iter(repo.keys()), None) is not None
@@ -287,8 +302,9 @@ class Gateway:
                       "objects: removing nothing. If the metadata was lost, restore it.")
             return []
         # one pass per distinct repository: with a proxy several names share one repository
+        in_use = {key for _, key in refs}
         return cleanup_repositories(
-            self.repositories, lambda name, key: (name, key) in refs, older_than_s=older_than_s
+            self.repositories, lambda _name, key: key in in_use, older_than_s=older_than_s
         )
 
     # -- ASGI ---------------------------------------------------------------------------

@@ -71,3 +71,49 @@ def test_a_database_deleted_under_a_running_gateway_refuses_writes(tmp_path: Pat
         wait_until(lambda: any("was deleted or replaced while in use" in line for line in svc.output),
                    timeout=10, what="the refusal logged")
         assert not any("Traceback" in line for line in svc.output)
+
+
+def _config(repositories: str, default: str) -> str:
+    return f'[gateway]\ndefault_location = "{default}"\n{repositories}'
+
+
+OLD = '[gateway.repositories.old]\ntype = "sfs"\n'
+NEW = '[gateway.repositories.new]\ntype = "sfs"\n'
+PROXY = '[gateway.repositories.mig]\ntype = "proxy"\nbackends = ["old", "new"]\npreferred_backend = "new"\n'
+
+
+def test_data_a_migration_moved_survives_its_proxy_being_taken_out(tmp_path: Path) -> None:
+    """A migration (seed 003) moves data to another backend of a proxy and leaves the
+    locations naming the old one. Taking the proxy and the emptied old repository out of the
+    configuration made the start-up cleanup take every migrated object for an orphan in
+    'new' and delete it; putting the proxy back then could not bring them back."""
+    from crossbeat.repositories import open_repositories
+    from crossbeat.repositories.migration import migrate_object
+    from crossbeat.repositories.settings import RepositorySettings
+
+    data_dir = tmp_path / "data"
+    bodies = {f"k{i}": os.urandom(1000 + i) for i in range(5)}
+    with running_gateway(data_dir, config=_config(OLD, "old")) as svc:
+        s3 = s3_client(svc.url)
+        s3.create_bucket(Bucket="moved")
+        for key, body in bodies.items():
+            s3.put_object(Bucket="moved", Key=key, Body=body)
+    # The migration, run while the gateway is stopped (as seed 003 allows).
+    repos = open_repositories({"old": RepositorySettings(type="sfs"), "new": RepositorySettings(type="sfs")},
+                              data_dir)
+    try:
+        for key in list(repos["old"].keys()):
+            migrate_object(repos["old"], repos["new"], key)
+    finally:
+        for repo in repos.values():
+            repo.close()
+    migrated = {p.parent.name for p in (data_dir / "repositories/new").glob("*/*/manifest.json")}
+    assert len(migrated) == 5
+
+    with running_gateway(data_dir, config=_config(NEW, "new")) as svc:
+        kept = {p.parent.name for p in (data_dir / "repositories/new").glob("*/*/manifest.json")}
+        assert kept == migrated
+        assert any("not configured ('old': 5)" in line for line in svc.output), svc.output[-5:]
+    with running_gateway(data_dir, config=_config(OLD + NEW + PROXY, "mig")) as svc:
+        s3 = s3_client(svc.url)
+        assert {key: s3.get_object(Bucket="moved", Key=key)["Body"].read() for key in bodies} == bodies
