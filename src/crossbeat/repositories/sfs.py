@@ -300,15 +300,12 @@ class SfsRepository(Repository):
 
     def writer(self, data_key: str | None = None, *, locked: bool = False) -> SfsWriter:
         if data_key is None:
-            data_key = new_object_id()
-        else:
-            if self._manifest(data_key) is not None:
-                raise RepositoryError(
-                    f"object {data_key!r} already exists in repository {self.name!r}"
-                )
-            # Leftovers of an earlier, interrupted copy of this key (seed 003: "remove
-            # whatever exists already").
-            shutil.rmtree(self.object_dir(data_key), ignore_errors=True)
+            return SfsWriter(self, new_object_id(), locked, fresh=True)
+        if self._manifest(data_key) is not None:
+            raise RepositoryError(f"object {data_key!r} already exists in repository {self.name!r}")
+        # Leftovers of an earlier, interrupted copy of this key (seed 003: "remove whatever
+        # exists already").
+        shutil.rmtree(self.object_dir(data_key), ignore_errors=True)
         return SfsWriter(self, data_key, locked)
 
     def small_writer(self, data: bytes) -> SfsWriter | None:
@@ -318,7 +315,7 @@ class SfsRepository(Repository):
         if self._sync_group is None or len(data) >= self.chunk_size:
             return None
         key = self._prepared.take() if self._prepared is not None and data else None
-        writer = SfsWriter(self, key or new_object_id(), False, prepared=key is not None)
+        writer = SfsWriter(self, key or new_object_id(), False, prepared=key is not None, fresh=True)
         writer.write(data)
         return writer
 
@@ -587,12 +584,17 @@ class SfsWriter(ObjectWriter):
     """
 
     def __init__(
-        self, repo: SfsRepository, data_key: str, locked: bool, prepared: bool = False
+        self, repo: SfsRepository, data_key: str, locked: bool, prepared: bool = False,
+        fresh: bool = False,
     ) -> None:
         self.repo = repo
         self.data_key = data_key
         self._locked = locked
         self._prepared = prepared  # `{objectId}/chunks/0` was made ahead (sfs_prepared)
+        # A new objectId that nothing refers to yet: a small object may then write its
+        # manifest in place (see `_commit_small`). A copy under an id already in use (a
+        # migration's, whose proxy reads this repository first) must make it appear whole.
+        self._fresh = fresh
         self._chunk_size = repo.chunk_size
         self._buffer = bytearray()
         self._digests: list[str] = []
@@ -663,7 +665,8 @@ class SfsWriter(ObjectWriter):
     def _commit(self) -> None:
         repo, key = self.repo, self.data_key
         if self._state == "staged" or (
-            repo._sync_group is not None and not self._digests and len(self._buffer) < self._chunk_size
+            repo._sync_group is not None and self._fresh and not self._digests
+            and len(self._buffer) < self._chunk_size
         ):
             self._commit_small()
             return
@@ -699,7 +702,8 @@ class SfsWriter(ObjectWriter):
             return True
         if self._state != "open":
             raise RepositoryError(f"writer for {self.data_key!r} is {self._state}")
-        if self.repo._sync_group is None or self._digests or len(self._buffer) >= self._chunk_size:
+        if (self.repo._sync_group is None or not self._fresh or self._digests
+                or len(self._buffer) >= self._chunk_size):
             return False
         try:
             self._write_small()
@@ -718,9 +722,10 @@ class SfsWriter(ObjectWriter):
         return.
 
         The manifest is written in place rather than renamed: until `sync()` returns the
-        object is not committed, and nothing refers to an uncommitted object (the gateway
-        commits metadata only after this), so a crash can leave at worst an unreferenced
-        object with a torn manifest, which `cleanup` removes.
+        object is not committed, and nothing refers to a fresh objectId before it is (the
+        gateway commits metadata only after this), so a crash can leave at worst an
+        unreferenced object with a torn manifest, which `cleanup` removes. Writers of an id
+        already in use do not come here (`_fresh`).
         """
         if self._state != "staged":
             self._write_small()

@@ -75,3 +75,42 @@ def test_keeps_the_old_copy_while_readers_remain(
     assert proxy.read_bytes(key) == b"r" * 500  # new reads go to the copy
     assert migrate_object(old, new, key) is Outcome.ALREADY_MIGRATED
     assert old.stat(key) is None
+
+
+def test_a_small_copy_never_shows_its_reader_a_torn_manifest(
+    pair: tuple[SfsRepository, SfsRepository, ProxyRepository],
+) -> None:
+    """The proxy asks the target first. A small object's copy wrote its manifest in place,
+    like a new object's (which nothing refers to until it is committed): a read in between
+    found it empty, which is CorruptData, not absent, and got a 500 for a readable object."""
+    import threading
+
+    old, new, proxy = pair
+    objects = {old.put_bytes(bytes([i % 251]) * (40 + i % 50)).dataKey: bytes([i % 251]) * (40 + i % 50)
+               for i in range(200)}  # under the target's one chunk: its small-object path
+    migrating: list[str] = []  # the key being migrated now, which the reader reads over and over
+    done = threading.Event()
+    wrong: list[str] = []
+
+    def read_current() -> None:
+        while not done.is_set():
+            if not migrating:
+                continue
+            key = migrating[-1]
+            try:
+                if proxy.read_bytes(key) != objects[key]:
+                    wrong.append(f"{key}: other bytes")
+            except RepositoryError as exc:  # CorruptData; NoSuchData would be a swap race
+                wrong.append(f"{key}: {exc}")
+
+    reader = threading.Thread(target=read_current)
+    reader.start()
+    try:
+        for key in objects:
+            migrating.append(key)
+            migrate_object(old, new, key, wait_for_readers=lambda k: proxy.wait_for_readers(k, timeout=5))
+    finally:
+        done.set()
+        reader.join()
+    assert not wrong, wrong[:5]
+    assert all(new.read_bytes(key) == data for key, data in objects.items())
