@@ -231,7 +231,10 @@ class _Connection(asyncio.Protocol):
         self.loop = server.loop
         self.app = server.app
         self.transport: asyncio.Transport = None  # type: ignore[assignment]
-        self.parser = httptools.HttpRequestParser(self)
+        # The parser holds this protocol and this protocol the parser: a cycle only the
+        # cyclic GC frees, which the gateway runs rarely (s3/server.py). `connection_lost`
+        # breaks it, so a closed connection and a partial head it held go at once.
+        self.parser: Any = httptools.HttpRequestParser(self)
         self.closed = False
         self.reading_paused = False
         self.writing_paused = False
@@ -246,6 +249,8 @@ class _Connection(asyncio.Protocol):
         self.in_body = False  # between a request's headers and its end
         self.refused = False  # unparsable bytes follow the requests in `exchanges`
         self.head_bytes = 0  # bytes received since the last request's headers ended
+        self.head_size = 0  # the current head's request line and header lines, as parsed
+        self.head_too_large = False  # a head completed in one piece went past the limit
 
     # -- transport events ----------------------------------------------------------------
 
@@ -259,6 +264,8 @@ class _Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        self.parser = None
+        self.url, self.headers = b"", []
         self.server.connections.discard(self)
         self._cancel_idle_timer()
         for exchange in self.exchanges:
@@ -276,16 +283,22 @@ class _Connection(asyncio.Protocol):
             self._refuse()
             return
         except httptools.HttpParserError:
-            self._refuse()
+            if self.head_too_large:
+                self._too_large()
+            else:
+                self._refuse()
             return
         # still reading a request's head after this piece, and too much of it: refuse
         # (checked after the feed, so that a head followed by its body in one piece counts
         # only while the head is unfinished)
         if not self.in_body and self.head_bytes > MAX_HEAD_BYTES and not self.closed:
-            if not self.exchanges or not self.exchanges[0].started:
-                self.transport.write(_HEAD_TOO_LARGE)
-            self.closed = True
-            self.transport.close()
+            self._too_large()
+
+    def _too_large(self) -> None:
+        if not self.exchanges or not self.exchanges[0].started:
+            self.transport.write(_HEAD_TOO_LARGE)
+        self.closed = True
+        self.transport.close()
 
     def eof_received(self) -> bool | None:
         """The client half-closed. Mid-body, say why the request fails before closing
@@ -331,14 +344,22 @@ class _Connection(asyncio.Protocol):
     def on_message_begin(self) -> None:
         self.url = b""
         self.headers = []
+        self.head_size = 0
 
     def on_url(self, url: bytes) -> None:
         self.url += url
+        self.head_size += len(url)
 
     def on_header(self, name: bytes, value: bytes) -> None:
         self.headers.append((name.lower(), value))
+        self.head_size += len(name) + len(value) + 4  # ": " and CRLF
 
     def on_headers_complete(self) -> None:
+        # A head that arrived whole in one read is measured here (`data_received` measures
+        # only what is still unfinished after a read): stop the parser, refuse it.
+        if self.head_size > MAX_HEAD_BYTES:
+            self.head_too_large = True
+            raise ValueError("request head over the limit")
         self.in_body = True
         self.head_bytes = 0
         parser = self.parser
