@@ -35,6 +35,7 @@ CODES: dict[str, tuple[int, str]] = {
     "InvalidPart": (400, "One or more of the specified parts could not be found."),
     "InvalidPartOrder": (400, "The list of parts was not in ascending order."),
     "InvalidRange": (416, "The requested range is not satisfiable"),
+    "InvalidURI": (400, "Couldn't parse the specified URI."),
     "InvalidRequest": (400, "Invalid Request"),
     "AccessControlListNotSupported": (400, "The bucket does not allow ACLs"),
     "BadRequest": (400, "Bad Request"),

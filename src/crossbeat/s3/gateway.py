@@ -46,6 +46,15 @@ RECENT_BUCKET_ENTRIES = 4096
 T = TypeVar("T")
 
 
+def _utf8(text: str) -> bool:
+    """Whether `text` came from valid UTF-8 (the path is decoded with surrogateescape)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _shown(raw_path: bytes) -> str:
     """A request path for the log, as sent (percent-encoded), without Python's b'...'."""
     return raw_path.decode("latin-1")
@@ -326,6 +335,11 @@ class Gateway:
         # CORS costs a request without Origin (nearly all) this one lookup; see s3/cors.py
         origin = req.headers.get("origin")
         try:
+            if not _utf8(req.bucket) or not _utf8(req.key):
+                # percent-escapes that are not UTF-8 (%FF): no S3 name can hold them. Found
+                # only when the metadata store refused the key, after a PUT's body was read:
+                # a 500 with a traceback, which clients retry.
+                raise S3Error("InvalidURI")
             if req.method == "OPTIONS":
                 # a CORS preflight: no S3 API uses OPTIONS, and browsers send no credentials
                 response = await cors.preflight(self, req)

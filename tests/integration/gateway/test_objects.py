@@ -262,3 +262,21 @@ def test_a_response_override_that_cannot_be_a_header_is_invalid_argument(
             assert r.status_code == 400, (param, method, r.status_code, r.text)
             if method == "GET":
                 assert b"<Code>InvalidArgument</Code>" in r.content and param.encode() in r.content
+
+
+@pytest.mark.parametrize("escape", ["%FF", "%C3%28", "%ED%A0%80"])
+def test_a_key_that_is_not_utf8_is_refused_as_aws_does(
+    gateway: Any, s3: Any, bucket: str, escape: str,
+) -> None:
+    """Percent-escapes that decode to no UTF-8: 400 InvalidURI for every operation, before
+    a body is read. They were a 500 with a traceback (which clients retry) once the
+    metadata store refused the key, after a PUT's whole body was received."""
+    url = f"{gateway.url}/{bucket}/bad{escape}key"
+    for method, query, body in [("PUT", "", b"x" * 200_000), ("GET", "", b""), ("HEAD", "", b""),
+                                ("DELETE", "", b""), ("POST", "?uploads", b"")]:
+        resp = signed(method, url + query, body)
+        assert resp.status_code == 400, (method, resp.status_code, resp.text)
+        if method != "HEAD":
+            assert "<Code>InvalidURI</Code>" in resp.text, resp.text
+    assert s3.list_objects_v2(Bucket=bucket).get("KeyCount") == 0
+    assert not any("Traceback" in line for line in gateway.output)
