@@ -86,6 +86,11 @@ _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 LOW_WATER = 256  # below it the pool refills whenever a CPU idles
 _FULL_DISK_PAUSE_S = 1.0  # the helper's wait before trying again on a full disk
 QUIET_S = 0.1  # above it, only after this long without a take
+# A helper that could not start for want of descriptors, processes or memory is tried again
+# this much later: the shortage passes (EMFILE under a burst of connections), and giving up
+# for good left the worker making every small object's directories until it restarted.
+START_RETRY_S = 10.0
+_SHORTAGES = frozenset({errno.EMFILE, errno.ENFILE, errno.EAGAIN, errno.ENOMEM})
 QUIET_IDLE = 0.25  # ... in which others left at least this share of the machine's CPU idle
 QUIET_BATCH = 64  # ids made, synced and handed over together in a quiet time (under PIPE_BUF)
 _READ_RECORDS = 64  # ids this process moves from the pipe at a time: the helper sees takes
@@ -94,7 +99,10 @@ _READ_RECORDS = 64  # ids this process moves from the pipe at a time: the helper
 class PreparedDirs:
     """Object ids with their directories made in advance, for the sfs repository at `root`."""
 
-    def __init__(self, root: str, count: int, low: int = LOW_WATER, quiet_s: float = QUIET_S) -> None:
+    def __init__(
+        self, root: str, count: int, low: int = LOW_WATER, quiet_s: float = QUIET_S,
+        start_retry_s: float = START_RETRY_S,
+    ) -> None:
         if count <= 0 or low <= 0 or quiet_s <= 0:
             raise ValueError("count, low and quiet_s must be positive")
         self.root = root
@@ -107,6 +115,8 @@ class PreparedDirs:
         self._proc: subprocess.Popen[bytes] | None = None
         self._closed = False
         self._gone = False  # the helper could not start, or ended: nothing more will come
+        self._start_retry_s = start_retry_s
+        self._retry_at = 0.0  # monotonic time before which a failed start is not tried again
         self.taken = 0  # ids handed out (tests and diagnostics)
 
     def take(self) -> str | None:
@@ -117,12 +127,12 @@ class PreparedDirs:
                 if self._closed or self._gone:
                     return None
                 if self._fd is None:
+                    if time.monotonic() < self._retry_at:
+                        return None
                     try:
                         self._start()
-                    except OSError:
-                        self._gone = True
-                        log.warning("cannot start the sfs directory helper for %s: small "
-                                    "objects make their own directories", self.root, exc_info=True)
+                    except OSError as exc:
+                        self._start_failed(exc)
                     return None
                 self._read(self._fd)
             if not ids:
@@ -133,6 +143,17 @@ class PreparedDirs:
             return None
         self.taken += 1
         return key
+
+    def _start_failed(self, exc: OSError) -> None:
+        if exc.errno in _SHORTAGES:
+            self._retry_at = time.monotonic() + self._start_retry_s
+            log.warning("cannot start the sfs directory helper for %s now (%s): small objects "
+                        "make their own directories; trying again in %.0f s",
+                        self.root, exc, self._start_retry_s)
+        else:
+            self._gone = True
+            log.warning("cannot start the sfs directory helper for %s (%s): small objects "
+                        "make their own directories", self.root, exc)
 
     def _start(self) -> None:
         read_fd, write_fd = os.pipe2(os.O_CLOEXEC)

@@ -308,3 +308,29 @@ def test_the_helper_outlasts_a_full_disk(tmp_path: Path) -> None:
             assert helper_pid(repo) == pid and not gone(pid)
         finally:
             repo.close()
+
+
+def test_a_helper_that_cannot_start_for_want_of_descriptors_is_tried_again(tmp_path: Path) -> None:
+    """EMFILE under a burst of connections made the first start fail, and that turned the
+    helper off for the worker's life (and logged a traceback)."""
+    import resource
+
+    pool = PreparedDirs(str(tmp_path), 8, low=4, start_retry_s=0.2)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    held: list[int] = []
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (len(os.listdir("/proc/self/fd")) + 16, hard))
+        try:
+            while True:
+                held.append(os.open("/dev/null", os.O_RDONLY))
+        except OSError:
+            pass  # out of descriptors, as a worker serving too many connections is
+        assert pool.take() is None  # could not start: nothing, and no exception
+    finally:
+        for fd in held:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    try:
+        assert wait_until(pool.take, timeout=30, interval=0.05, what="an id once descriptors are back")
+    finally:
+        pool.close()
