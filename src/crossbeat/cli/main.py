@@ -24,6 +24,7 @@ SUBCOMMANDS: dict[str, str] = {
     "populate": "crossbeat.cli.populate:populate",
     "pipeline": "crossbeat.cli.pipeline:pipeline",
     "replication": "crossbeat.cli.replication:replication",
+    "transactions": "crossbeat.cli.transactions:transactions",
     "up": "crossbeat.cli.up:up",
 }
 

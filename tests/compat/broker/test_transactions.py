@@ -286,6 +286,21 @@ def test_abortable_error_is_recovered_with_an_epoch_bump(broker: BrokerProcess, 
     assert read_values(broker.address, topic, 1, "read_committed") == [b"after"]
 
 
+def hang_a_transaction(broker: BrokerProcess, topic: str) -> None:
+    """Offsets 0-1: a committed transaction; 2: one left open by producer "tx-lost" (epoch 1)
+    whose coordinator state is then lost, so the restart cannot abort it."""
+    produce_txn(txn_producer(broker.address, "tx-kept"), topic, [b"kept"], commit=True)
+    txn_producer(broker.address, "tx-lost")
+    lost = txn_producer(broker.address, "tx-lost")  # same producer id, epoch bumped to 1
+    lost.begin_transaction()
+    lost.produce(topic, value=b"hanging")  # offset 2
+    assert lost.flush(20) == 0
+    broker.kill()
+    (broker.data_dir / "transactions.log").write_bytes(b"")  # the coordinator's state, lost
+    broker.start()
+    assert offsets(broker.address, topic) == (2, 3)  # held at the hanging transaction
+
+
 def test_a_transaction_its_coordinator_lost_is_aborted_by_an_admin(
     broker: BrokerProcess, topic: str,
 ) -> None:
@@ -298,16 +313,7 @@ def test_a_transaction_its_coordinator_lost_is_aborted_by_an_admin(
     from kafka.errors import InvalidProducerEpochError
     from kafka.structs import TopicPartition as KTopicPartition
 
-    produce_txn(txn_producer(broker.address, "tx-kept"), topic, [b"kept"], commit=True)
-    txn_producer(broker.address, "tx-lost")
-    lost = txn_producer(broker.address, "tx-lost")  # same producer id, epoch bumped to 1
-    lost.begin_transaction()
-    lost.produce(topic, value=b"hanging")  # offset 2
-    assert lost.flush(20) == 0
-    broker.kill()
-    (broker.data_dir / "transactions.log").write_bytes(b"")  # the coordinator's state, lost
-    broker.start()
-    assert offsets(broker.address, topic) == (2, 3)  # held at the hanging transaction
+    hang_a_transaction(broker, topic)
 
     tp = KTopicPartition(topic, 0)
     admin = KafkaAdminClient(bootstrap_servers=broker.address)
@@ -335,3 +341,36 @@ def test_a_transaction_its_coordinator_lost_is_aborted_by_an_admin(
         b"kept", b"hanging", b"later"]
     assert broker.service is not None
     assert any("ended by a WriteTxnMarkers ABORT" in line for line in broker.service.output)
+
+
+def test_the_transactions_command_finds_and_aborts_a_hanging_transaction(
+    broker: BrokerProcess, topic: str,
+) -> None:
+    """`crossbeat transactions` (as kafka-transactions.sh): find-hanging lists what a partition
+    holds open and its coordinator does not, not a transaction merely under way; abort ends
+    the one starting at an offset."""
+    import subprocess
+    import sys
+
+    def crossbeat(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "crossbeat", "transactions",
+                               "--bootstrap-server", broker.address, *args],
+                              capture_output=True, text=True, timeout=60)
+
+    hang_a_transaction(broker, topic)
+    ongoing = txn_producer(broker.address, "tx-ongoing")  # its coordinator holds it: not hanging
+    ongoing.begin_transaction()
+    ongoing.produce(topic, value=b"under way")  # offset 3
+    assert ongoing.flush(20) == 0
+    found = crossbeat("find-hanging", "--max-transaction-timeout", "0")
+    assert found.returncode == 0, found.stderr
+    rows = [line.split("\t") for line in found.stdout.splitlines()[1:]]
+    assert [(r[0], r[1], r[3], r[5]) for r in rows] == [(topic, "0", "1", "2")], found.stdout
+    assert crossbeat("find-hanging").stdout.count("\n") == 1  # none open 15 minutes yet
+    missing = crossbeat("abort", "--topic", topic, "--partition", "0", "--start-offset", "1")
+    assert missing.returncode == 1 and "no transaction is open" in missing.stderr
+    done = crossbeat("abort", "--topic", topic, "--partition", "0", "--start-offset", "2")
+    assert done.returncode == 0 and "aborted the transaction" in done.stdout, done.stderr
+    assert offsets(broker.address, topic)[0] == 3  # now held only by the one under way
+    ongoing.commit_transaction(20)
+    assert read_values(broker.address, topic, 2, "read_committed") == [b"kept", b"under way"]
