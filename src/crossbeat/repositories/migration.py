@@ -57,9 +57,18 @@ def migrate_object(
                 f"{target.name!r}; refusing to read a locked object"
             )
         _copy(source, target, data_key, src.size)
+        # A DELETE while the copy ran removed the source (and, through the proxy, whatever
+        # of the copy existed then): the copy committed since would stay, unreferenced.
+        if source.stat(data_key) is None:
+            target.delete(data_key)
+            return Outcome.ABSENT
     target.unlock(data_key)
     if not src.locked:
-        source.lock(data_key)
+        try:
+            source.lock(data_key)
+        except NoSuchData:  # deleted between the check and the lock: the copy goes too
+            target.delete(data_key)
+            return Outcome.ABSENT
     # Wait stage, then delete stage (idempotent on the old repository).
     if not wait_for_readers(data_key):
         raise RepositoryError(f"readers of {data_key!r} did not finish; old copy kept locked")

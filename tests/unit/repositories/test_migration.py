@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -9,6 +10,7 @@ import pytest
 from crossbeat.repositories import ProxyRepository, RepositoryError
 from crossbeat.repositories.migration import Outcome, migrate_object
 from crossbeat.repositories.sfs import SfsRepository
+from tests.support.procs import wait_until
 
 
 @pytest.fixture
@@ -114,3 +116,32 @@ def test_a_small_copy_never_shows_its_reader_a_torn_manifest(
         reader.join()
     assert not wrong, wrong[:5]
     assert all(new.read_bytes(key) == data for key, data in objects.items())
+
+
+def test_a_delete_during_the_copy_leaves_no_copy_behind(tmp_path: Path) -> None:
+    """The source deleted while its copy streams (the copy reads pinned files, so it goes on
+    to commit): the copy stayed in the target, unlocked, referenced by nothing, and the
+    migration failed on the source's lock."""
+    import threading
+
+    old = SfsRepository("old", tmp_path / "old", chunk_size=64 * 1024)
+    new = SfsRepository("new", tmp_path / "new", chunk_size=64 * 1024)
+    key = old.put_bytes(os.urandom(8 * 1024 * 1024)).dataKey  # 128 chunks, fsynced one by one
+    result: list[object] = []
+
+    def migrate() -> None:
+        try:
+            result.append(migrate_object(old, new, key))
+        except RepositoryError as exc:
+            result.append(exc)
+
+    mover = threading.Thread(target=migrate)
+    mover.start()
+    wait_until(lambda: os.path.isdir(new.object_dir(key)) or result, timeout=30,
+               interval=0.001, what="the copy under way")
+    assert not result, "the copy ended before the test could delete its source"
+    old.delete(key)
+    mover.join(timeout=60)
+    assert result == [Outcome.ABSENT]
+    assert old.stat(key) is None and new.stat(key) is None
+    assert not os.path.exists(new.object_dir(key))
