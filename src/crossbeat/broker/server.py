@@ -12,6 +12,12 @@ request is always read when nothing else is in flight, so a frame up to `max_fra
 still goes through). Without the byte bound, 64 pipelined frames of 100 MiB, 6.4 GiB, could
 sit decoded on one connection; Kafka reads one request per connection at a time.
 
+A connection is closed once it has been idle `connections_max_idle_ms` (Kafka's
+connections.max.idle.ms, 10 minutes): no request of it in flight (a long-polling Fetch
+is in flight until answered) and nothing received or sent for that long. This includes a
+client that sent part of a frame and then nothing more, which would otherwise hold its
+socket and buffers forever; a frame arriving slowly is not idle while its bytes come.
+
 Bad input never raises out of here: a frame whose size prefix is not positive or exceeds
 `max_frame_bytes`, a frame that does not decode, or an unknown API key or version is logged
 and the connection is closed after the responses to the requests before it (nothing of the
@@ -75,6 +81,17 @@ class Connection:
         self._bytes_in_flight = 0
         self._bytes_freed = asyncio.Event()
         self._tasks: dict[asyncio.Future[Result], int] = {}
+        self._loop = asyncio.get_running_loop()
+        # loop time of the last bytes received or response written
+        self._last_activity = self._loop.time()
+        # what is being received, for the log: (what, bytes of it received, its size)
+        self._receiving: tuple[str, int, int] | None = None
+        idle_ms = broker.settings.connections_max_idle_ms
+        self._max_idle = idle_ms / 1000
+        self._idle_timer: asyncio.TimerHandle | None = None
+        if idle_ms >= 0:
+            self._idle_timer = self._loop.call_at(self._last_activity + self._max_idle,
+                                                  self._check_idle)
 
     async def serve(self) -> None:
         """Serve until the client closes, sends something unanswerable, or we are cancelled."""
@@ -86,6 +103,8 @@ class Connection:
         except Exception:  # a bug must cost one connection, never the server
             log.exception("connection %s: unexpected error; closing", self.peer)
         finally:
+            if self._idle_timer is not None:
+                self._idle_timer.cancel()
             read_task.cancel()
             self._abandon()
             self._writer.close()
@@ -104,12 +123,60 @@ class Connection:
         finally:
             self._queue.put_nowait(None)
 
+    def _check_idle(self) -> None:
+        """The idle timer: close the connection if it has been idle `connections_max_idle_ms`
+        (no request in flight, nothing received or sent), else look again when it could be.
+
+        One timer per connection, moved only when it fires: activity itself just stamps
+        `_last_activity`, which keeps the cost per request to a float assignment."""
+        now = self._loop.time()
+        if self._bytes_in_flight:  # a request being answered (a long poll, say): not idle
+            deadline = now + self._max_idle
+        else:
+            deadline = self._last_activity + self._max_idle
+            if now >= deadline:
+                self._idle_timer = None
+                idle_ms = (now - self._last_activity) * 1000
+                what, got, size = self._receiving or ("", 0, 0)
+                if what == "frame" or got:
+                    log.warning("connection %s: idle %d ms inside a %s (%d of %d bytes); "
+                                "closing", self.peer, idle_ms, what, got, size)
+                else:
+                    log.debug("connection %s: idle %d ms; closing", self.peer, idle_ms)
+                # the reader sees the end of the stream; nothing is in flight to answer
+                self._writer.close()
+                return
+        self._idle_timer = self._loop.call_at(deadline, self._check_idle)
+
+    async def _receive(self, n: int, what: str) -> bytes:
+        """Exactly `n` bytes (of `what`, for the log); raises IncompleteReadError at the end
+        of the stream.
+
+        Read as they come rather than with readexactly(), so that every piece of a frame
+        that arrives slowly counts as activity (`_check_idle`)."""
+        reader = self._reader
+        self._receiving = (what, 0, n)
+        chunk = await reader.read(n)
+        self._last_activity = self._loop.time()
+        parts = [chunk]
+        got = len(chunk)
+        while chunk and got < n:
+            self._receiving = (what, got, n)
+            chunk = await reader.read(n - got)
+            self._last_activity = self._loop.time()
+            parts.append(chunk)
+            got += len(chunk)
+        self._receiving = None
+        data = chunk if len(parts) == 1 else b"".join(parts)
+        if got < n:
+            raise asyncio.IncompleteReadError(data, n)
+        return data
+
     async def _read_loop(self) -> None:
         max_frame = self._broker.settings.max_frame_bytes
-        reader = self._reader
         while True:
             try:
-                prefix = await reader.readexactly(4)
+                prefix = await self._receive(4, "frame size prefix")
             except asyncio.IncompleteReadError as exc:
                 if exc.partial:
                     log.warning("connection %s: closed inside a frame size prefix", self.peer)
@@ -123,7 +190,7 @@ class Connection:
             while self._bytes_in_flight and self._bytes_in_flight + size > budget:
                 self._bytes_freed.clear()
                 await self._bytes_freed.wait()
-            frame = await reader.readexactly(size)
+            frame = await self._receive(size, "frame")
             self._bytes_in_flight += size
             try:
                 request = decode_request(frame)
@@ -166,6 +233,7 @@ class Connection:
     async def _write_loop(self) -> None:
         writer = self._writer
         queue = self._queue
+        loop = asyncio.get_running_loop()
         while True:
             item = await queue.get()
             if item is None:
@@ -174,6 +242,7 @@ class Connection:
             result = await pending
             self._slots.release()
             self._bytes_in_flight -= size
+            self._last_activity = loop.time()  # (`_check_idle` sees nothing in flight)
             self._bytes_freed.set()
             if isinstance(result, _Close):
                 return
@@ -181,6 +250,7 @@ class Connection:
                 writer.write(result)
             if queue.empty():
                 await writer.drain()
+                self._last_activity = loop.time()  # a slow reader of a big response is busy
 
     def _abandon(self) -> None:
         """Cancel long polls nobody will read; let durable writes finish on their own."""

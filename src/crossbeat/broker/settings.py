@@ -62,6 +62,18 @@ class BrokerSettings(BaseSettings):
         "when a topic's compression.type makes the broker rebuild it; larger ones are "
         "MESSAGE_TOO_LARGE. Bounds the memory and event-loop time one batch can cost",
     )
+    fetch_max_bytes: int = Field(
+        55 * 1024 * 1024, ge=1024,
+        description="the most record bytes one Fetch response carries, whatever the request's "
+        "max_bytes asks (the smaller of the two applies; the first batch of the first partition "
+        "with data is returned whole even if larger, KIP-74); Kafka's fetch.max.bytes",
+    )
+    connections_max_idle_ms: int = Field(
+        600_000, ge=-1,
+        description="a connection with no request in flight that has neither received nor sent "
+        "anything this long is closed (a frame left half sent too); -1: never. Kafka's "
+        "connections.max.idle.ms",
+    )
     max_in_flight_per_connection: int = Field(
         64, ge=1, description="requests decoded ahead of their responses on one connection"
     )
@@ -141,6 +153,13 @@ class BrokerSettings(BaseSettings):
                 f"({self.group_consumer_session_timeout_ms}): every member would time out"
             )
         return self
+
+    @field_validator("connections_max_idle_ms")
+    @classmethod
+    def _check_idle(cls, value: int) -> int:
+        if value != -1 and value < 100:
+            raise ValueError(f"connections_max_idle_ms must be -1 (never) or at least 100, not {value}")
+        return value
 
     @field_validator("listen", "advertise")
     @classmethod

@@ -63,6 +63,8 @@ _BROKER_CONFIGS = {  # name -> (type, documentation)
     "socket.request.max.bytes": (_INT, "The largest request frame accepted."),
     "message.max.bytes": (_INT, "The largest record batch accepted by default."),
     "advertised.listeners": (_STRING, "Where clients are told to connect."),
+    "fetch.max.bytes": (_INT, "The most record bytes one Fetch response carries."),
+    "connections.max.idle.ms": (_LONG, "A connection idle this long is closed; -1: never."),
 }
 
 
@@ -114,6 +116,8 @@ async def handle(ctx: Context, req: Any) -> Any:
                 "socket.request.max.bytes": str(settings.max_frame_bytes),
                 "message.max.bytes": str(settings.max_message_bytes),
                 "advertised.listeners": f"PLAINTEXT://{broker.host}:{broker.port}",
+                "fetch.max.bytes": str(settings.fetch_max_bytes),
+                "connections.max.idle.ms": str(settings.connections_max_idle_ms),
             }
             for key, value in sorted(values.items()):
                 if keys is not None and key not in keys:

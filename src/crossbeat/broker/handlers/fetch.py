@@ -2,8 +2,14 @@
 passes; stored batches are returned verbatim.
 
 Sizes follow KIP-74: each partition gets at most `partition_max_bytes` and the response
-at most `max_bytes`, except that the first batch of the first partition with data is
-always returned whole (else a consumer could never get past a large batch). Only durable
+at most `max_bytes` (before v3, which has no `max_bytes`: no request limit), capped by the
+broker's `fetch_max_bytes` (Kafka's fetch.max.bytes, 55 MiB) whatever the request asks,
+except that the first batch of the first partition with data is always returned whole
+(else a consumer could never get past a large batch). A partition named more than once
+is answered once, as Kafka does (its fetch data is a map keyed by partition): at the
+place it was first named, for the fetch offset and limit it was last named with. Without
+both, one small request naming a big partition many times could ask for any multiple of
+it, past what a response frame (int32 size) can even carry. Only durable
 batches are served (the high watermark is the store's `end_offset`). There are no fetch
 sessions (session id 0) and no follower reads (preferred replica -1). An unknown partition
 or an offset outside [log start, high watermark] answers at once.
@@ -44,20 +50,42 @@ def _below(chunks: list[Any], offset: int) -> list[Any]:
     return chunks
 
 
-def _collect(ctx: Context, req: Any) -> tuple[list[Any], int, bool, list[tuple[Stream, int]]]:
-    """One pass over the requested partitions: (topic responses, bytes, any error, waitables)."""
+def _fetch_data(req: Any) -> list[tuple[str, list[Any]]]:
+    """The request's partitions as Kafka reads them: each (topic, partition) once, where it
+    was first named, with the fields it was last named with; consecutive partitions of one
+    topic grouped under it (so a topic named twice with others between stays twice)."""
+    wanted: dict[tuple[str, int], Any] = {}
+    for t in req.topics:
+        for p in t.partitions:
+            wanted[(t.topic, p.partition)] = p  # a repeat keeps the first one's place
+    grouped: list[tuple[str, list[Any]]] = []
+    for (topic, _partition), p in wanted.items():
+        if not grouped or grouped[-1][0] != topic:
+            grouped.append((topic, []))
+        grouped[-1][1].append(p)
+    return grouped
+
+
+def _collect(ctx: Context, req: Any, fetch_data: list[tuple[str, list[Any]]],
+             ) -> tuple[list[Any], int, bool, list[tuple[Stream, int]]]:
+    """One pass over `fetch_data` (`_fetch_data` of `req`): (topic responses, bytes, any
+    error, waitables). The records returned total at most the smaller of the request's
+    `max_bytes` and the broker's `fetch_max_bytes`, except for the first batch of the first
+    partition with data (KIP-74)."""
     topics = ctx.broker.topics
     txns = ctx.broker.partition_txns
     committed_only = req.isolation_level == 1
-    budget = req.max_bytes if ctx.version >= 3 else 2**31 - 1
+    budget = ctx.broker.settings.fetch_max_bytes
+    if ctx.version >= 3:
+        budget = min(req.max_bytes, budget)
     used = 0
     errors = False
     waitables: list[tuple[Stream, int]] = []
     out = []
-    for t in req.topics:
+    for topic, partitions in fetch_data:
         parts = []
-        for p in t.partitions:
-            stream = topics.partition(t.topic, p.partition)
+        for p in partitions:
+            stream = topics.partition(topic, p.partition)
             code, hw, start, records = ErrorCode.NONE, -1, -1, b""
             lso, aborted = -1, None
             if stream is None:
@@ -92,7 +120,7 @@ def _collect(ctx: Context, req: Any) -> tuple[list[Any], int, bool, list[tuple[S
                 last_stable_offset=lso, log_start_offset=start, aborted_transactions=aborted,
                 preferred_read_replica=-1, records=records,
             ))
-        out.append(_Topic(topic=t.topic, partitions=parts))
+        out.append(_Topic(topic=topic, partitions=parts))
     return out, used, errors, waitables
 
 
@@ -107,10 +135,11 @@ async def _ensure_indexes(ctx: Context, partitions: list[tuple[str, int]]) -> No
 async def handle(ctx: Context, req: Any) -> Any:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max(req.max_wait_ms, 0) / 1000
+    fetch_data = _fetch_data(req)
     if req.isolation_level == 1:  # read_committed: the transaction indexes, built off the loop
-        await _ensure_indexes(ctx, [(t.topic, p.partition) for t in req.topics for p in t.partitions])
+        await _ensure_indexes(ctx, [(topic, p.partition) for topic, ps in fetch_data for p in ps])
     while True:
-        responses, used, errors, waitables = _collect(ctx, req)
+        responses, used, errors, waitables = _collect(ctx, req, fetch_data)
         remaining = deadline - loop.time()
         if used >= max(req.min_bytes, 1) or errors or remaining <= 0 or not waitables:
             break
