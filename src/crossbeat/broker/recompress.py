@@ -83,6 +83,13 @@ class CodecUnavailable(CrossbeatError):
     """A batch needs a codec whose library is not installed (to read it or to write it)."""
 
 
+class InvalidRecords(CorruptBatch):
+    """A batch whose bytes decode (its CRC holds, its records decompress) but whose records
+    are not what its header says: not records at all, fewer or more than its count, offset
+    deltas that are not 0..n-1, bytes after the last record, a header key that is not
+    UTF-8. Kafka answers these INVALID_RECORD (its `DefaultRecord.readFrom`, `LogValidator`)."""
+
+
 class DecodedTooLarge(CrossbeatError):
     """A batch's records, decompressed, are larger than the limit they were decoded under.
 
@@ -270,14 +277,14 @@ def recompress(batch: bytes | bytearray | memoryview, header: BatchHeader, codec
         producer_id=header.producer_id, producer_epoch=header.producer_epoch,
         base_sequence=header.base_sequence, batch_size=2**31 - 1)
     try:
-        # any failure of the record parser means bytes we cannot read (kafka's
+        # any failure of the record parser means records that are not records (kafka's
         # CorruptRecordError, UnicodeDecodeError for a header key...)
         for delta, record in enumerate(plain_source):
             builder.append(delta, timestamp=record.timestamp, key=record.key,
                            value=record.value, headers=record.headers)
     except Exception as exc:
-        raise CorruptBatch(f"cannot decode the {_NAMES[header.compression]} records of the "
-                           f"batch: {exc}") from exc
+        raise InvalidRecords(f"cannot decode the {_NAMES[header.compression]} records of the "
+                             f"batch: {exc}") from exc
     plain = builder.build()  # uncompressed: kafka-python only compresses what shrinks
     built = HEADER.unpack_from(plain)
     records = bytes(memoryview(plain)[HEADER_SIZE:])
@@ -303,3 +310,40 @@ def recompress(batch: bytes | bytearray | memoryview, header: BatchHeader, codec
     out[HEADER_SIZE:] = records
     struct.pack_into(">I", out, _CRC_AT, crc32c(memoryview(out)[CRC_START:]))
     return out
+
+
+def check_records(batch: bytes | bytearray | memoryview, header: BatchHeader, *,
+                  max_decoded_bytes: int) -> None:
+    """Raise unless every record of the validated RecordBatch v2 `batch` parses: exactly the
+    header's count of them, with offset deltas 0..n-1 and nothing after the last. A
+    compressed batch is decompressed for it, bounded as `recompress` is (DecodedTooLarge).
+
+    What a batch stored as produced gets, as Kafka's broker walks every record of every
+    batch it appends: a batch whose CRC holds but whose records are garbage was stored, and
+    every consumer stopped at it (librdkafka silently, for good). Raises InvalidRecords,
+    CorruptBatch (records that do not decompress), CodecUnavailable. The walk is
+    aiokafka's C parser: about 0.1 us a record (0.13-0.33 with zstd or lz4 decompression).
+    """
+    from aiokafka.errors import CorruptRecordException
+    from aiokafka.record._crecords import DefaultRecordBatch as CRecordBatch
+
+    if header.compression not in _NAMES:
+        raise CorruptBatch(f"unknown compression codec {header.compression}")
+    plain: bytes | bytearray | memoryview = memoryview(batch)[:header.size]
+    if header.compression != 0:
+        _require(header.compression, "read")
+        plain = _decoded(batch, header, max_decoded_bytes)
+    count = 0
+    try:
+        for count, record in enumerate(CRecordBatch(bytes(plain)), start=1):
+            if record.offset != header.base_offset + count - 1:
+                raise InvalidRecords(f"record {count - 1} of the batch has offset delta "
+                                     f"{record.offset - header.base_offset}")
+    except CorruptRecordException as exc:
+        raise InvalidRecords(f"invalid record structure: {exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise InvalidRecords(f"a record header key is not UTF-8: {exc}") from exc
+    if count != header.record_count:
+        raise InvalidRecords(f"the batch holds {count} records, its header says "
+                             f"{header.record_count}")
+

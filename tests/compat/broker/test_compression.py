@@ -239,21 +239,68 @@ def raw_produce(address: str, topic: str, batch: bytes) -> Any:
     return resp.responses[0].partition_responses[0]
 
 
-def test_undecodable_batch_is_refused_only_where_it_must_be_decoded(
+def test_undecodable_batch_is_refused_wherever_it_goes(
         broker: BrokerProcess, topic_name: str) -> None:
+    """Records that do not decompress are refused whether the topic rebuilds batches or
+    stores them as produced: Kafka's broker decompresses every batch it appends. `producer`
+    used to store them unread, and every consumer stopped at them."""
     garbage = raw_batch(3, b"\x04\x22\x4d\x18 this is no lz4 frame", 2)
     recompressed, kept = topic_name + "-zstd", topic_name + "-producer"
     create(broker.address, recompressed, **{"compression.type": "zstd"})
     create(broker.address, kept)
+    for topic in (recompressed, kept):
+        answer = raw_produce(broker.address, topic, garbage)
+        assert answer.error_code == CORRUPT_MESSAGE, (topic, answer)
+        assert "cannot decode the lz4 records" in answer.error_message
+        assert stored_batches(broker.address, topic) == []
 
-    answer = raw_produce(broker.address, recompressed, garbage)
-    assert answer.error_code == CORRUPT_MESSAGE
-    assert "cannot decode the lz4 records" in answer.error_message
-    assert stored_batches(broker.address, recompressed) == []
-    # `producer` never looks inside a batch: the same bytes are stored as they came
-    assert raw_produce(broker.address, kept, garbage).error_code == 0
-    [stored] = stored_batches(broker.address, kept)
-    assert (stored.compression_type, stored.records_count) == (3, 2)
+
+INVALID_RECORD = 87
+
+
+def _with_records(codec: int, records: bytes, count: int, last_delta: int | None = None) -> bytes:
+    """A RecordBatch v2 of `count` records (header) whose records section is `records`,
+    compressed with `codec` (3 = lz4), with a correct CRC: bytes intact, content a lie."""
+    import lz4.frame
+
+    payload = lz4.frame.compress(records) if codec == 3 else records
+    buf = bytearray(raw_batch(codec, payload, count))
+    struct.pack_into(">i", buf, 23, count - 1 if last_delta is None else last_delta)
+    struct.pack_into(">I", buf, 17, crc32c(bytes(buf[21:])))
+    return bytes(buf)
+
+
+def _records(deltas: list[int]) -> bytes:
+    b = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=False,
+                                  producer_id=-1, producer_epoch=-1, base_sequence=-1,
+                                  batch_size=1 << 24)
+    for d in deltas:
+        b.append(d, timestamp=T0, key=b"k", value=b"value %d" % d, headers=[("h", b"x")])
+    return bytes(b.build()[61:])
+
+
+@pytest.mark.parametrize("codec", [0, 3], ids=["uncompressed", "lz4"])
+def test_records_that_are_not_what_the_header_says_are_invalid_record(
+        broker: BrokerProcess, topic_name: str, codec: int) -> None:
+    """A batch whose CRC holds but whose records are garbage, fewer or more than its count,
+    or with offset deltas that are not 0..n-1 was stored on a `producer` topic: librdkafka
+    consumers then stopped there, silently and for good. Kafka walks every record of every
+    batch and answers INVALID_RECORD; so do we, storing nothing. A good batch is stored."""
+    create(broker.address, topic_name)
+    lies = {
+        "garbage": _with_records(codec, b"\xde\xad\xbe\xef" * 10, 3),
+        "count 1000 holding 3": _with_records(codec, _records([0, 1, 2]), 1000),
+        "count 2 holding 3": _with_records(codec, _records([0, 1, 2]), 2),
+        "offset deltas 7, 7, 7": _with_records(codec, _records([7, 7, 7]), 3),
+    }
+    for name, batch in lies.items():
+        answer = raw_produce(broker.address, topic_name, batch)
+        assert answer.error_code == INVALID_RECORD, (name, answer)
+    assert stored_batches(broker.address, topic_name) == []
+    good = _with_records(codec, _records([0, 1, 2]), 3)
+    assert raw_produce(broker.address, topic_name, good).error_code == 0
+    [stored] = stored_batches(broker.address, topic_name)
+    assert [r.value for r in stored] == [b"value 0", b"value 1", b"value 2"]
 
 
 def test_rebuilt_batch_over_max_message_bytes_is_too_large(
