@@ -178,25 +178,17 @@ def test_a_source_down_past_the_retry_window_holds_then_completes(
     assert latest(sb, "source-down") == latest(s3_client(a.url), "source-down")
 
 
-def test_holding_is_bounded_then_the_versions_fail(sites: tuple[Site, Site]) -> None:
+@pytest.mark.parametrize("hold_s", [1.0, 0.0], ids=["bounded", "off"])
+def test_past_the_hold_or_without_it_the_versions_fail(sites: tuple[Site, Site], hold_s: float) -> None:
     a, b = sites
-    sa, _ = bucket_pair(a, b, "bounded")
-    entries = write_versions(sa, "bounded")
+    sa, _ = bucket_pair(a, b, f"hold-{int(hold_s)}")
+    entries = write_versions(sa, f"hold-{int(hold_s)}")
     b.stop()
-    outcomes = ReplicationProcessor(settings(a, b, hold_s=1.0), "b").process_batch(entries)
+    outcomes = ReplicationProcessor(settings(a, b, hold_s=hold_s), "b").process_batch(entries)
     assert len(outcomes) == len(entries)
     assert {o.status for o in outcomes} == {"FAILED"}
     assert all("refused" in (o.error or "").lower() or "connect" in (o.error or "").lower()
                for o in outcomes), outcomes[0].error
-
-
-def test_no_holding_when_disabled(sites: tuple[Site, Site]) -> None:
-    a, b = sites
-    sa, _ = bucket_pair(a, b, "noholding")
-    entries = write_versions(sa, "noholding")
-    b.stop()
-    outcomes = ReplicationProcessor(settings(a, b, hold_s=0), "b").process_batch(entries)
-    assert len(outcomes) == len(entries) and {o.status for o in outcomes} == {"FAILED"}
 
 
 def test_what_counts_as_unavailable() -> None:

@@ -293,27 +293,8 @@ async def _rebuild(ctx: Context, topic_name: str, index: int, records: Any, head
                                           max_decoded_bytes=decoded_limit)
         else:
             buf = recompress(records, header, codec, max_decoded_bytes=decoded_limit)
-    except DecodedTooLarge as exc:
-        # MESSAGE_TOO_LARGE, not CORRUPT_MESSAGE: the bytes are valid, there are just too
-        # many once decoded, which is how Kafka answers a batch its rebuild makes too large
-        # (RecordTooLargeException). The Java producer splits such a batch and retries the
-        # halves, where CORRUPT_MESSAGE is retriable and would be resent unchanged
-        # (Kafka trunk's max.decompressed.message.bytes bounds one record, not the batch,
-        # and answers INVALID_RECORD for it)
-        log.warning("produce to %s-%d from %s: batch refused: %s",
-                    topic_name, index, ctx.client_host, exc)
-        return _fail(ErrorCode.MESSAGE_TOO_LARGE, str(exc))
-    except InvalidRecords as exc:
-        log.warning("produce to %s-%d from %s: invalid records rejected: %s",
-                    topic_name, index, ctx.client_host, exc)
-        return _fail(ErrorCode.INVALID_RECORD, str(exc))
-    except CorruptBatch as exc:
-        log.warning("produce to %s-%d from %s: undecodable batch rejected: %s",
-                    topic_name, index, ctx.client_host, exc)
-        return _fail(ErrorCode.CORRUPT_MESSAGE, str(exc))
-    except CodecUnavailable as exc:
-        log.error("produce to %s-%d: %s", topic_name, index, exc)
-        return _fail(ErrorCode.UNKNOWN_SERVER_ERROR, str(exc))
+    except (DecodedTooLarge, CorruptBatch, CodecUnavailable) as exc:
+        return _undecodable(ctx, topic_name, index, exc)
     if len(buf) > limit:  # Kafka checks the rebuilt batch again
         return _fail(ErrorCode.MESSAGE_TOO_LARGE,
                      f"recompressed batch of {len(buf)} bytes > {limit}")
@@ -323,30 +304,38 @@ async def _rebuild(ctx: Context, topic_name: str, index: int, records: Any, head
 async def _check(ctx: Context, topic_name: str, index: int, records: Any, header: Any,
                  offload: bool) -> Outcome | None:
     """None if every record of a batch stored as produced parses, else the answer refusing
-    it: INVALID_RECORD for records that are not what the header says (as Kafka), and what
-    `_rebuild` answers for records that do not decompress or decompress to too much."""
+    it, as `_rebuild` refuses a batch it cannot decode."""
     decoded_limit = ctx.broker.settings.max_decompressed_batch_bytes
     try:
         if offload:  # not on the event loop: other clients are served meanwhile
             await asyncio.to_thread(check_records, records, header, max_decoded_bytes=decoded_limit)
         else:
             check_records(records, header, max_decoded_bytes=decoded_limit)
-    except InvalidRecords as exc:
-        log.warning("produce to %s-%d from %s: invalid records rejected: %s",
-                    topic_name, index, ctx.client_host, exc)
-        return _fail(ErrorCode.INVALID_RECORD, str(exc))
-    except DecodedTooLarge as exc:
-        log.warning("produce to %s-%d from %s: batch refused: %s",
-                    topic_name, index, ctx.client_host, exc)
-        return _fail(ErrorCode.MESSAGE_TOO_LARGE, str(exc))
-    except CorruptBatch as exc:
-        log.warning("produce to %s-%d from %s: undecodable batch rejected: %s",
-                    topic_name, index, ctx.client_host, exc)
-        return _fail(ErrorCode.CORRUPT_MESSAGE, str(exc))
-    except CodecUnavailable as exc:
-        log.error("produce to %s-%d: %s", topic_name, index, exc)
-        return _fail(ErrorCode.UNKNOWN_SERVER_ERROR, str(exc))
+    except (DecodedTooLarge, CorruptBatch, CodecUnavailable) as exc:
+        return _undecodable(ctx, topic_name, index, exc)
     return None
+
+
+def _undecodable(ctx: Context, topic_name: str, index: int, exc: Exception) -> Outcome:
+    """The answer to a batch whose records could not be decoded (see `recompress`)."""
+    where = f"produce to {topic_name}-{index} from {ctx.client_host}"
+    if isinstance(exc, DecodedTooLarge):
+        # MESSAGE_TOO_LARGE, not CORRUPT_MESSAGE: the bytes are valid, there are just too
+        # many once decoded, which is how Kafka answers a batch its rebuild makes too large
+        # (RecordTooLargeException). The Java producer splits such a batch and retries the
+        # halves, where CORRUPT_MESSAGE is retriable and would be resent unchanged
+        # (Kafka trunk's max.decompressed.message.bytes bounds one record, not the batch,
+        # and answers INVALID_RECORD for it)
+        log.warning("%s: batch refused: %s", where, exc)
+        return _fail(ErrorCode.MESSAGE_TOO_LARGE, str(exc))
+    if isinstance(exc, InvalidRecords):  # Kafka's answer to records it cannot read
+        log.warning("%s: invalid records rejected: %s", where, exc)
+        return _fail(ErrorCode.INVALID_RECORD, str(exc))
+    if isinstance(exc, CorruptBatch):
+        log.warning("%s: undecodable batch rejected: %s", where, exc)
+        return _fail(ErrorCode.CORRUPT_MESSAGE, str(exc))
+    log.error("produce to %s-%d: %s", topic_name, index, exc)  # CodecUnavailable
+    return _fail(ErrorCode.UNKNOWN_SERVER_ERROR, str(exc))
 
 
 async def handle(ctx: Context, req: Any) -> Any:
