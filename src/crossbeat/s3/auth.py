@@ -118,7 +118,8 @@ def authenticate(
 
     Raises `S3Error`: AccessDenied, SignatureDoesNotMatch, InvalidAccessKeyId,
     RequestTimeTooSkewed, AuthorizationHeaderMalformed, AuthorizationQueryParametersError,
-    InvalidArgument, InvalidRequest, NotImplemented (SigV4a). Changes nothing.
+    InvalidArgument, InvalidRequest, InvalidToken (a session token: none is issued here),
+    NotImplemented (SigV4a). Changes nothing.
     """
     now = now or datetime.now(UTC)
     if now.tzinfo is None:
@@ -137,6 +138,10 @@ def authenticate(
             "Only one auth mechanism allowed; only the X-Amz-Algorithm query parameter, "
             "Signature query string parameter or the Authorization header should be specified",
         )
+    if _one(hdrs, "x-amz-security-token") or b"X-Amz-Security-Token" in qnames:
+        # session credentials (STS) are not issued here: no token is valid. Ignoring it
+        # told a client using temporary credentials that its token was fine.
+        raise S3Error("InvalidToken")
     if authorization is not None:
         if authorization.startswith(ALGORITHM_V4 + " "):
             return _v4_header(method, raw_path, query, hdrs, authorization, lookup, now)
@@ -246,13 +251,7 @@ def _v4_header(
             )
         sha_header = EMPTY_SHA256
     mode, sha = _payload_mode(sha_header, default="hex")
-    unsigned = sorted(h for h in hdrs if h.startswith("x-amz-") and h not in signed_headers)
-    if unsigned:
-        raise S3Error(
-            "AccessDenied",
-            "There were headers present in the request which were not signed: "
-            + ", ".join(unsigned),
-        )
+    _refuse_unsigned(hdrs, signed_headers)
     principal = _lookup(lookup, access_key)
     _check_skew(when, now)
     key, scope = _verify_request(
@@ -324,6 +323,10 @@ def _v4_query(
     signed_headers = signed.lower().split(";")
     if "host" not in signed_headers:
         raise S3Error("AuthorizationQueryParametersError", "X-Amz-SignedHeaders must include host.")
+    # As with header auth: an x-amz-* header the URL's signer did not sign is refused. The
+    # holder of a presigned PUT could otherwise add x-amz-copy-source and copy any object
+    # the signer can read into the key, or set metadata and tags the signer never approved.
+    _refuse_unsigned(hdrs, signed_headers)
     principal = _lookup(lookup, access_key)
     if now > when + timedelta(seconds=expires):
         raise S3Error("AccessDenied", "Request has expired")
@@ -351,6 +354,18 @@ def _v4_query(
         auth_type="v4-query",
         region=region,
     )
+
+
+def _refuse_unsigned(hdrs: dict[str, list[str]], signed_headers: list[str]) -> None:
+    """AccessDenied, as AWS answers, for any x-amz-* header the signature does not cover."""
+    unsigned = sorted(h for h in hdrs if h.startswith("x-amz-") and h not in signed_headers)
+    if unsigned:
+        raise S3Error(
+            "AccessDenied",
+            "There were headers present in the request which were not signed: "
+            + ", ".join(unsigned),
+            extra={"HeadersNotSigned": ", ".join(unsigned)},
+        )
 
 
 def _verify_request(

@@ -36,6 +36,7 @@ CODES: dict[str, tuple[int, str]] = {
     "InvalidPartOrder": (400, "The list of parts was not in ascending order."),
     "InvalidRange": (416, "The requested range is not satisfiable"),
     "InvalidURI": (400, "Couldn't parse the specified URI."),
+    "InvalidToken": (400, "The provided token is malformed or otherwise invalid."),
     "InvalidRequest": (400, "Invalid Request"),
     "AccessControlListNotSupported": (400, "The bucket does not allow ACLs"),
     "BadRequest": (400, "Bad Request"),

@@ -224,6 +224,43 @@ def test_presigned_v4_put() -> None:
     d.finish()
 
 
+@pytest.mark.usefixtures("fixed_time")
+def test_presigned_v4_refuses_x_amz_headers_it_does_not_sign() -> None:
+    """The holder of a presigned PUT added an unsigned x-amz-copy-source and the PUT became
+    a CopyObject of any object the signer could read (x-amz-meta-*, tagging, the metadata
+    directive were taken too). AWS: AccessDenied, HeadersNotSigned."""
+    c = client(signature_version="s3v4")
+    url = c.generate_presigned_url("put_object", Params={"Bucket": "bucket", "Key": "slot"},
+                                   ExpiresIn=60)
+    w = presigned(url, "PUT")
+    for name, value in [(b"x-amz-copy-source", b"/private/payroll.csv"),
+                        (b"x-amz-meta-owner", b"mallory"), (b"x-amz-tagging", b"a=b"),
+                        (b"x-amz-metadata-directive", b"REPLACE")]:
+        with pytest.raises(S3Error) as e:
+            check(Wire("PUT", w.raw_path, w.query_string, [*w.headers, (name, value)], b""))
+        assert e.value.code == "AccessDenied"
+        assert e.value.extra["HeadersNotSigned"] == name.decode()
+    # a header the URL signs (boto3 lists x-amz-meta-* in X-Amz-SignedHeaders) is accepted
+    url = c.generate_presigned_url(
+        "put_object", Params={"Bucket": "bucket", "Key": "slot", "Metadata": {"a": "b"}}, ExpiresIn=60)
+    w = presigned(url, "PUT")
+    check(Wire("PUT", w.raw_path, w.query_string, [*w.headers, (b"x-amz-meta-a", b"b")], b""))
+
+
+@pytest.mark.usefixtures("fixed_time")
+def test_a_session_token_is_refused_as_no_token_is_valid_here() -> None:
+    """Session credentials are not issued here; the token was ignored, which told a client
+    using temporary credentials that its token was fine."""
+    c = boto3.client("s3", endpoint_url="http://127.0.0.1:9000", region_name="us-east-1",
+                     aws_access_key_id=KEY.access_key, aws_secret_access_key=KEY.secret_key,
+                     aws_session_token="FwoGZXIvYXdzEXAMPLETOKEN",
+                     config=Config(signature_version="s3v4"))
+    assert code(capture(c, "get_object", Bucket="bucket", Key="k")) == "InvalidToken"
+    url = c.generate_presigned_url("get_object", Params={"Bucket": "bucket", "Key": "k"}, ExpiresIn=60)
+    assert b"X-Amz-Security-Token=" in presigned(url).query_string
+    assert code(presigned(url)) == "InvalidToken"
+
+
 def test_presigned_v4_expires_limit() -> None:
     w = Wire(
         "GET",
