@@ -54,6 +54,24 @@ def test_tls_needs_a_loadable_certificate_and_key(tmp_path: Path) -> None:
     assert "listening" not in result.stdout
 
 
+@pytest.mark.parametrize(("users", "words"), [
+    ('access_key = "a"\nsecret_key = "mine"', ["'a'", "root credentials'"]),
+    ('access_key = "u"\nsecret_key = "1"\n[[gateway.users]]\naccess_key = "u"\nsecret_key = "2"',
+     ["'u'", "another user's"]),
+    ('access_key = ""\nsecret_key = "x"', ["must not be empty"]),
+])
+def test_a_gateway_user_needs_an_access_key_of_its_own(
+    tmp_path: Path, users: str, words: list[str],
+) -> None:
+    """A user reusing root's access key replaced root without a word: root's own secret was
+    refused and the user owned root's buckets and its admin rights."""
+    (tmp_path / "users.toml").write_text(f"[gateway]\n[[gateway.users]]\n{users}\n")
+    result = crossbeat("gateway", "--data-dir", "d", "--listen", "127.0.0.1:0",
+                       "--config", "users.toml", cwd=tmp_path)
+    assert_error(result, *words)
+    assert "listening" not in result.stdout
+
+
 def test_the_replication_pipeline_needs_a_destination(tmp_path: Path) -> None:
     assert_error(crossbeat("pipeline", "replication", "--data-dir", "p", cwd=tmp_path),
                  "[extensions.replication.sites.NAME]")

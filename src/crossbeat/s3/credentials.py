@@ -8,7 +8,7 @@ import secrets
 import string
 from pathlib import Path
 
-from crossbeat.errors import CrossbeatError
+from crossbeat.errors import ConfigError, CrossbeatError
 from crossbeat.s3.auth import Principal
 from crossbeat.s3.settings import GatewaySettings
 
@@ -56,9 +56,20 @@ def root_principal(settings: GatewaySettings) -> tuple[Principal, bool]:
 
 
 def principals(settings: GatewaySettings, root: Principal) -> dict[str, Principal]:
-    """Access key → principal for root and every configured user."""
+    """Access key → principal for root and every configured user.
+
+    ConfigError for a user without an access key or secret, or whose access key is root's
+    or another user's: the later entry silently replaced the earlier one, and a user with
+    root's key took over root's buckets and admin rights (buckets are owned by access key)."""
     table = {root.access_key: root}
     for user in settings.users:
+        if not user.access_key or not user.secret_key.get_secret_value():
+            raise ConfigError(f"gateway user {user.display_name or user.access_key!r}: "
+                              "access_key and secret_key must not be empty")
+        if user.access_key in table:
+            whose = "the root credentials'" if user.access_key == root.access_key else "another user's"
+            raise ConfigError(f"gateway user access key {user.access_key!r} is {whose}: "
+                              "each user needs its own")
         table[user.access_key] = Principal(
             user.access_key,
             user.secret_key.get_secret_value(),
