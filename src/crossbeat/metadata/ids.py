@@ -90,6 +90,13 @@ def _b32_value(text: str) -> int:
     return value
 
 
+def is_minted_id(text: str) -> bool:
+    """Whether `text` has the form of an id `new_version_id` makes (26 Crockford base32
+    characters), which is then also its version's sort key unless the version was written
+    in a way that set another (a replica's source order, a clock behind the latest)."""
+    return len(text) == 26 and all(c in _ALPHABET for c in text)
+
+
 def new_upload_id() -> str:
     """A new multipart upload id: time-ordered like version ids, so listing by id is by age."""
     return new_version_id() + _b32(_rng.getrandbits(30), 6)

@@ -14,7 +14,7 @@ from typing import Any
 from crossbeat.metadata import buckets
 from crossbeat.metadata.codec import check_text, dump, load, require_str
 from crossbeat.metadata.errors import InvalidMetadata, NoSuchVersion, RevisionMismatch
-from crossbeat.metadata.ids import new_version_id, version_id_after
+from crossbeat.metadata.ids import is_minted_id, new_version_id, version_id_after
 from crossbeat.metadata.store import Meta, Precondition
 from crossbeat.metadata.writer import WriteTxn
 
@@ -424,11 +424,17 @@ def list_versions(
             "SELECT sort_key FROM versions WHERE bucket = ? AND key = ? AND version_id = ?",
             (bucket, key_marker, version_marker),
         ).fetchone()
-        if marker is not None and key_marker.startswith(prefix):
+        # The marker version may be gone since the page that named it (deleted by a client
+        # or lifecycle): the key's older versions must still follow. A minted id is its
+        # version's sort key (or close to it), so it still places the page; before, the
+        # listing went on at the next key and the older versions were never listed.
+        bound = marker[0] if marker is not None else (
+            version_marker if is_minted_id(version_marker) else None)
+        if bound is not None and key_marker.startswith(prefix):
             rows = conn.execute(
                 _SELECT + "WHERE v.bucket = ? AND v.key = ? AND v.sort_key < ? "
                 "ORDER BY v.sort_key DESC LIMIT ?",
-                (bucket, key_marker, marker[0], limit),
+                (bucket, key_marker, bound, limit),
             ).fetchall()
             out.extend(_meta(*row) for row in rows)
     if len(out) >= limit:

@@ -119,8 +119,11 @@ def encode_token(key: str) -> str:
 
 
 def decode_token(token: str) -> str:
-    """The key a continuation token names; InvalidArgument if it is not one of ours."""
+    """The key a continuation token names; InvalidArgument if it is not one of ours (an
+    empty one neither: it names no key, and was taken as "from the start", as AWS does not)."""
     try:
+        if not token:
+            raise ValueError("empty")
         padded = token + "=" * (-len(token) % 4)
         # validate: a lenient decode skips characters outside the alphabet, so "%%%" would
         # name the empty key and list from the start

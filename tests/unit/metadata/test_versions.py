@@ -252,3 +252,20 @@ def test_batches_answer_per_item_and_share_commits(store: SqliteMetadataStore, b
     assert isinstance(results[4], NoSuchVersion)
     got4 = store.get_version(bucket, "k3", vs[3]["versionId"])
     assert got4 is not None and got4["revision"] == 1 and "contentType" not in got4
+
+
+def test_list_versions_goes_on_after_a_marker_version_that_was_deleted(
+    store: SqliteMetadataStore, bucket: str
+) -> None:
+    """The version a page ended on is deleted before the next page is asked for (another
+    client, lifecycle): the key's older versions still follow. The listing went on at the
+    next key, and they were never listed."""
+    vs = [version(bucket, "k1") for _ in range(4)] + [version(bucket, "k2")]
+    for v in vs:
+        store.put_version(v)
+    page = store.list_versions(bucket, limit=2)
+    assert [m["versionId"] for m in page] == [vs[3]["versionId"], vs[2]["versionId"]]
+    store.delete_version(bucket, "k1", vs[2]["versionId"])
+    rest = store.list_versions(bucket, key_marker="k1", version_marker=vs[2]["versionId"])
+    assert [(m["key"], m["versionId"]) for m in rest] == [
+        ("k1", vs[1]["versionId"]), ("k1", vs[0]["versionId"]), ("k2", vs[4]["versionId"])]

@@ -331,6 +331,7 @@ def test_max_keys_zero_and_caps(store: SqliteMetadataStore) -> None:
         {"max-keys": "1.5"},
         {"encoding-type": "base64"},
         {"continuation-token": "%%%not-base64"},
+        {"continuation-token": ""},  # names no key: it listed from the start
     ],
 )
 def test_invalid_arguments(store: SqliteMetadataStore, query: dict[str, str]) -> None:
