@@ -506,7 +506,9 @@ def list_parts(
         )
     max_parts = parse_max(query, "max-parts")
     parts = store.list_parts(upload["uploadId"], marker=marker, limit=max_parts + 1)
-    truncated = len(parts) > max_parts
+    # max-parts=0 asks for nothing and is not truncated, as max-keys=0 and max-uploads=0:
+    # it said IsTruncated with no NextPartNumberMarker to go on from
+    truncated = len(parts) > max_parts > 0
     parts = parts[:max_parts]
     meta = upload.get("meta") or {}
     # uploads made before their meta carried the initiator have it at the top level
@@ -518,7 +520,8 @@ def list_parts(
         upload_id=upload["uploadId"],
         parts=parts,
         part_number_marker=marker,
-        next_part_number_marker=parts[-1]["partNumber"] if parts else None,
+        # an empty page (a marker past the last part) still names where to go on, as AWS
+        next_part_number_marker=parts[-1]["partNumber"] if parts else marker,
         max_parts=max_parts,
         is_truncated=truncated,
         owner_id=owner_id,

@@ -580,6 +580,11 @@ def test_list_parts_paginates(upload_store: SqliteMetadataStore) -> None:
             break
         query["part-number-marker"] = text(root, "NextPartNumberMarker") or ""
     assert numbers == [1, 2, 3, 4, 5]
+    # max-parts=0 is not truncated (it said so with no marker to go on from); a marker past
+    # the last part still names where to go on
+    assert text(xml(listing.list_parts(upload_store, upload, {"max-parts": "0"})), "IsTruncated") == "false"
+    past = xml(listing.list_parts(upload_store, upload, {"part-number-marker": "9"}))
+    assert text(past, "NextPartNumberMarker") == "9" and text(past, "IsTruncated") == "false"
     root = xml(listing.list_parts(upload_store, upload, {}))
     assert text(root, "Part/ETag") == '"e1"' and text(root, "Part/ChecksumCRC32") == "c1"
     assert text(root, "UploadId") == upload["uploadId"] and text(root, "Owner/ID") == "o"
