@@ -551,3 +551,71 @@ def test_trigger_available_now_reads_what_was_there_in_bounded_batches(
     second = Collector()
     run(second)
     assert second.values() == list(range(250, 280))
+
+
+def _batch(spark: Any, broker: Service, **options: str) -> Any:
+    reader = spark.read.format("crossbeat-kafka").option("kafka.bootstrap.servers", broker.address)
+    for k, v in options.items():
+        reader = reader.option(k, v)
+    return reader.load()
+
+
+def test_a_batch_read_with_nothing_to_read_is_empty(spark: Any, broker: Service) -> None:
+    """As Spark's: an empty DataFrame. PySpark plans a read with no partitions as one
+    InputPartition(None), which failed the query with a bare AssertionError."""
+    empty = fresh_topic(broker, 2)
+    assert _batch(spark, broker, subscribe=empty).collect() == []
+    assert _batch(spark, broker, subscribe=f"missing-{uuid.uuid4().hex[:8]}").collect() == []
+    produce(broker, empty, 4)
+    ends = {str(p): watermarks(broker, empty, p)[1] for p in (0, 1)}  # start where they end
+    assert sum(ends.values()) == 4
+    at_end = orjson.dumps({empty: ends}).decode()
+    assert _batch(spark, broker, subscribe=empty, startingOffsets=at_end).collect() == []
+
+
+def test_transactions_are_read_uncommitted_by_default_as_spark_does(
+    spark: Any, broker: Service,
+) -> None:
+    """Spark's Kafka source reads with the Java consumer's default, read_uncommitted: an
+    aborted transaction's records are read and an open one holds nothing back. librdkafka's
+    default, read_committed, dropped the former and held every later record back until the
+    open transaction ended. kafka.isolation.level=read_committed is still there to ask."""
+    topic = fresh_topic(broker, 1)
+    aborted = Producer({"bootstrap.servers": broker.address, "transactional.id": f"ab-{topic}"})
+    aborted.init_transactions(30)
+    aborted.begin_transaction()
+    aborted.produce(topic, b"aborted")
+    aborted.flush(30)
+    aborted.abort_transaction(30)
+    hanging = Producer({"bootstrap.servers": broker.address, "transactional.id": f"op-{topic}",
+                        "transaction.timeout.ms": 60000})
+    hanging.init_transactions(30)
+    hanging.begin_transaction()
+    hanging.produce(topic, b"open")
+    hanging.flush(30)
+    plain = Producer({"bootstrap.servers": broker.address})
+    plain.produce(topic, b"after")
+    plain.flush(30)
+    try:
+        values = [r.value for r in _batch(spark, broker, subscribe=topic).collect()]
+        assert values == [b"aborted", b"open", b"after"]
+        committed = _batch(spark, broker, subscribe=topic,
+                           **{"kafka.isolation.level": "read_committed"}).collect()
+        assert committed == []  # held at the open transaction; the aborted one dropped
+    finally:
+        hanging.abort_transaction(30)
+
+
+def test_a_record_stamped_at_the_epoch_has_that_timestamp(spark: Any, broker: Service) -> None:
+    """0 is a timestamp like any other (Spark shows 1970-01-01); it was read as null."""
+    import datetime
+
+    from kafka import KafkaProducer
+
+    topic = fresh_topic(broker, 1)
+    producer = KafkaProducer(bootstrap_servers=broker.address)
+    producer.send(topic, b"epoch", timestamp_ms=0).get(timeout=30)
+    producer.close()
+    [row] = _batch(spark, broker, subscribe=topic).collect()
+    assert row.timestampType == 0
+    assert row.timestamp.replace(tzinfo=None) == datetime.datetime.fromtimestamp(0)

@@ -10,7 +10,14 @@ from typing import Any
 
 import orjson
 import pyarrow as pa
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    TIMESTAMP_NOT_AVAILABLE,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    TopicPartition,
+)
 
 from crossbeat.errors import CrossbeatError
 from crossbeat.populator.client_settings import RECONNECT
@@ -98,6 +105,10 @@ def consumer(
         "enable.auto.offset.store": False,
         "enable.partition.eof": True,
         "auto.offset.reset": "earliest",
+        # Spark's Kafka source reads with the Java consumer's default, read_uncommitted;
+        # librdkafka's is read_committed, which dropped aborted records and held every
+        # record after an open transaction back until it ended
+        "isolation.level": "read_uncommitted",
     }
     conf.update(extra)
     conf.update(settings or {})
@@ -339,7 +350,9 @@ def read_range(
                 cols["topic"].append(topic)
                 cols["partition"].append(partition)
                 cols["offset"].append(off)
-                cols["timestamp"].append(ts * 1000 if ts and ts > 0 else None)
+                # 0 is the epoch, a timestamp like any other; only none is null
+                cols["timestamp"].append(ts * 1000 if ts_type != TIMESTAMP_NOT_AVAILABLE and ts >= 0
+                                         else None)
                 # Java's TimestampType ids, as Spark shows them: -1 none, 0 CreateTime,
                 # 1 LogAppendTime (confluent-kafka counts from 0 for none)
                 cols["timestampType"].append(ts_type - 1)

@@ -41,6 +41,9 @@ not take fails its start):
   naming topic, partition and the offsets lost. `false`: log a warning and continue from
   the earliest offset available;
 - `includeHeaders` (default `false`): add the `headers` column;
+- `kafka.isolation.level`: `read_uncommitted` (default, as Spark's, whose Java consumer
+  defaults to it: records of aborted and open transactions are read, and nothing waits for
+  an open transaction) or `read_committed`;
 - `maxOffsetsPerTrigger` (streaming): at most this many records per micro-batch, shared
   between partitions in proportion to their backlog;
 - `minOffsetsPerTrigger` (streaming): a trigger plans no micro-batch (latestOffset
@@ -156,7 +159,10 @@ def pack(ranges: list[tuple[str, int, int, int]], rows_per_task: int) -> list[Ka
 
 def read_ranges(opts: SourceOptions, partition: InputPartition) -> Iterator[Any]:
     """The records of one task (executor side, stream and batch alike)."""
-    assert isinstance(partition, KafkaRange)
+    if not isinstance(partition, KafkaRange):
+        # PySpark plans a batch read with no partitions as one InputPartition(None): there
+        # is nothing to read (an empty or missing topic, starting offsets at the latest)
+        return
     for topic, part, begin, until in partition.ranges:
         yield from kafka_client.read_range(
             opts.brokers, topic, part, begin, until,
