@@ -94,6 +94,8 @@ def parse_max(query: Mapping[str, str], name: str, default: int = MAX_KEYS) -> i
         return default
     try:
         value = int(raw)
+        if value > 2**31 - 1:  # an int32 on AWS: a larger one is refused, not capped
+            raise ValueError(raw)
     except ValueError:
         raise _invalid(
             f"Provided {name} not an integer or within integer range", name, raw
