@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from crossbeat.populator.client_settings import RECONNECT
 
@@ -83,9 +83,22 @@ class GroupLease:
         [tp] = self._consumer.committed([TopicPartition(self.topic, 0)], timeout=30)
         return tp.offset if tp.offset >= 0 else 0
 
-    def commit_seq(self, seq: int) -> None:
-        """Record `seq` as the shared restart point (synchronously)."""
-        self._consumer.commit(offsets=[TopicPartition(self.topic, 0, seq)], asynchronous=False)
+    def commit_seq(self, seq: int) -> bool:
+        """Record `seq` as the shared restart point (synchronously); False when the group
+        refused it for now, which the next batch's commit makes good.
+
+        A commit during a rebalance (a standby joining: the cooperative protocol keeps the
+        lease where it is) is refused with REBALANCE_IN_PROGRESS, and one while the broker
+        is away fails too. That raised out of the populator, which exited; the joiner then
+        took the lease and the one restarted crashed it again, every few seconds. The
+        local checkpoint is saved before this, and a successor that resumes from an older
+        committed seq only publishes again what this one did: the contract allows it."""
+        try:
+            self._consumer.commit(offsets=[TopicPartition(self.topic, 0, seq)], asynchronous=False)
+        except KafkaException as exc:
+            log.warning("lease checkpoint at seq %d not committed now: %s", seq, exc.args[0])
+            return False
+        return True
 
     def close(self) -> None:
         self._held.clear()

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol
 
 import httpx
+from confluent_kafka import KafkaException
 
 from crossbeat.populator.entry import JournalEntry
 from crossbeat.populator.extension import Extension, Message
@@ -51,7 +52,7 @@ class Lease(Protocol):
 
     def committed_seq(self) -> int: ...
 
-    def commit_seq(self, seq: int) -> None: ...
+    def commit_seq(self, seq: int) -> bool: ...
 
 
 class Populator:
@@ -139,7 +140,8 @@ class Populator:
                 delay = 0.5
             except (TruncatedJournal, JournalAhead, JournalRefused):
                 raise
-            except (PublishError, JournalError, httpx.TransportError) as exc:
+            except (PublishError, JournalError, httpx.TransportError, KafkaException) as exc:
+                # (KafkaException: the lease group's committed seq unreadable, the broker away)
                 log.warning("batch after seq %s failed (%s); retrying in %.1fs", self.seq, exc, delay)
                 stop.wait(delay)
                 delay = min(max_backoff_s, delay * 2)
