@@ -13,6 +13,8 @@ from typing import Any
 
 from crc32c import crc32c
 
+from crossbeat.stream.file_replace import replace_file
+
 Decode = Callable[[bytes], "dict[str, Any] | None"]
 
 
@@ -85,22 +87,6 @@ def append_durably(fd: int, data: bytes) -> None:
 
 def replace_atomically(path: Path, data: bytes) -> None:
     """Make `data` the content of `path` durably and all at once: written to a temporary
-    file, fsynced, renamed over `path`, then the directory fsynced, so that a crash leaves
-    the old file or the new one."""
-    tmp = path.with_suffix(".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        try:
-            write_all(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)  # a full disk: no half-written file left beside
-        raise
-    dfd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
+    file (`path` with its suffix `.tmp`), fsynced, renamed over `path`, then the directory
+    fsynced, so that a crash leaves the old file or the new one."""
+    replace_file(path, data, durable=True, tmp=path.with_suffix(".tmp"))

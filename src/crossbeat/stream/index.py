@@ -14,7 +14,6 @@ store closed) and rebuilt from the segment whenever they are missing or do not m
 from __future__ import annotations
 
 import bisect
-import os
 import struct
 from pathlib import Path
 
@@ -115,28 +114,6 @@ class TimeIndex:
             index.add(ts, base_offset + rel, pos)
             last_ts, last_offset, last_pos = ts, rel, pos
         return index
-
-
-def write_file(path: Path, data: bytes) -> None:
-    """Replace `path` with `data` (temp file + rename), without fsync.
-
-    Index files are derived data checked on load (entry order, bounds, the final entry), so
-    one lost or torn by a power failure is simply rebuilt; not fsyncing them keeps rolls
-    and closes cheap.
-    """
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)  # a full disk: no half-written file left beside
-        raise
 
 
 def read_file(path: Path) -> bytes | None:

@@ -12,12 +12,12 @@ the range server that holds it knows it.
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from crossbeat.stream.errors import StreamError, StreamExists, StreamNotFound
+from crossbeat.stream.file_replace import replace_file
 
 FORMAT_VERSION = 1
 
@@ -41,14 +41,6 @@ class StreamMeta:
     config: dict[str, str]
     start_offset: int = 0
     ranges: list[RangeInfo] = field(default_factory=list)
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class PlacementDriver:
@@ -129,23 +121,9 @@ class PlacementDriver:
             },
         }
         data = json.dumps(doc, indent=1, sort_keys=True).encode()
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-            try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view) :]
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.replace(tmp, self.path)
-        except BaseException:
-            # a write the disk refused part way leaves a partial temp file holding space
-            # that the next write (or an undo) may need
-            tmp.unlink(missing_ok=True)
-            raise
-        _fsync_dir(self.path.parent)
+        # (a write the disk refused part way leaves no temp file holding space that the
+        # next write, or an undo, may need)
+        replace_file(self.path, data, durable=True)
 
     # ---- operations (each persisted before it returns) ---------------------------------
     def get(self, name: str) -> StreamMeta:

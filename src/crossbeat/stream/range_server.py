@@ -20,7 +20,8 @@ import shutil
 from pathlib import Path
 
 from crossbeat.stream.batch import BatchHeader
-from crossbeat.stream.index import OffsetIndex, TimeIndex, read_file, write_file
+from crossbeat.stream.file_replace import replace_file
+from crossbeat.stream.index import OffsetIndex, TimeIndex, read_file
 from crossbeat.stream.placement import RangeInfo
 from crossbeat.stream.segment import Segment, fsync_dir
 from crossbeat.stream.settings import StreamSettings
@@ -356,7 +357,7 @@ _HINT = "reached"
 
 def _save_hint(directory: Path, newest: int, reached: int) -> None:
     try:
-        write_file(directory / _HINT, f"{newest} {reached}\n".encode())
+        replace_file(directory / _HINT, f"{newest} {reached}\n".encode(), durable=False)
     except OSError as exc:
         log.warning("cannot save %s in %s: %s", _HINT, directory, exc)
 

@@ -32,7 +32,8 @@ from crossbeat.stream.batch import (
     parse_header,
 )
 from crossbeat.stream.errors import StreamError
-from crossbeat.stream.index import OffsetIndex, TimeIndex, read_file, write_file
+from crossbeat.stream.file_replace import replace_file
+from crossbeat.stream.index import OffsetIndex, TimeIndex, read_file
 
 log = logging.getLogger(__name__)
 
@@ -294,8 +295,8 @@ class Segment:
             not self.time_index or self.time_index.positions[-1] != self.last_batch_pos
         ):
             self.time_index.add(self.max_timestamp, self.last_batch_offset, self.last_batch_pos)
-        write_file(self.index_path, self.offset_index.encode())
-        write_file(self.time_index_path, self.time_index.encode())
+        replace_file(self.index_path, self.offset_index.encode(), durable=False)
+        replace_file(self.time_index_path, self.time_index.encode(), durable=False)
         self._indexes_written = True
 
     def fsync(self) -> None:
