@@ -118,23 +118,41 @@ def wait_until(predicate: Any, timeout: float = 30, interval: float = 0.05, what
     raise TimeoutError(f"timed out waiting for {what}" + (f": {last_exc!r}" if last_exc else ""))
 
 
-def peak_rss_mib(svc: Service) -> dict[int, float]:
-    """The peak resident memory (VmHWM, MiB) of the service's process and of each of its
-    descendants (a gateway's worker processes), by pid. Compare two readings process by
-    process: the parent alone says nothing of what its workers hold."""
+def _tree_files(svc: Service, name: str) -> dict[int, str]:
+    """/proc/PID/`name` of the service's process and of each of its descendants, by pid."""
     pids, out = [svc.proc.pid], {}
     while pids:
         pid = pids.pop()
         try:
-            status = Path(f"/proc/{pid}/status").read_text()
+            out[pid] = Path(f"/proc/{pid}/{name}").read_text()
             for task in Path(f"/proc/{pid}/task").iterdir():
                 pids.extend(int(c) for c in (task / "children").read_text().split())
         except (FileNotFoundError, ProcessLookupError):
             continue  # gone meanwhile
+    return out
+
+
+def peak_rss_mib(svc: Service) -> dict[int, float]:
+    """The peak resident memory (VmHWM, MiB) of the service's process and of each of its
+    descendants (a gateway's worker processes), by pid. Compare two readings process by
+    process: the parent alone says nothing of what its workers hold."""
+    out = {}
+    for pid, status in _tree_files(svc, "status").items():
         for line in status.splitlines():
             if line.startswith("VmHWM:"):
                 out[pid] = int(line.split()[1]) / 1024
     return out
+
+
+def bytes_read(svc: Service) -> int:
+    """Bytes the service's processes have read by read(2) and its kind so far (rchar: files,
+    sockets and pipes, whether or not from the page cache)."""
+    total = 0
+    for io in _tree_files(svc, "io").values():
+        for line in io.splitlines():
+            if line.startswith("rchar:"):
+                total += int(line.split()[1])
+    return total
 
 
 def rss_growth_mib(before: dict[int, float], after: dict[int, float]) -> float:

@@ -4,7 +4,8 @@ It does what the gateway needs and no more, with less work per request than a ge
 server: keep-alive and pipelined requests (answered in order), request bodies by
 Content-Length or chunked transfer coding, `Expect: 100-continue` (answered when the app
 first reads the body), flow control both ways (reading pauses while a request's unread
-body exceeds `HIGH_WATER`; `send` waits while the socket buffer is full), HEAD responses
+body exceeds `HIGH_WATER`; `send` waits while the socket buffer is full, and a client that
+reads nothing of a response for `SEND_IDLE_S` is cut off), HEAD responses
 without a body, chunked responses when the app gives no Content-Length, TLS when given an
 SSLContext, and a graceful stop (no new connections; idle ones closed; requests in flight
 finish, up to `grace` seconds). The response head is held back until the first body piece
@@ -14,7 +15,9 @@ ASGI subset: scope `type`, `method`, `path`, `raw_path`, `query_string`, `header
 (lower-cased names), `http_version`, `scheme`, `server`, `client`; receive yields
 `http.request` pieces then `http.disconnect`; send takes `http.response.start` and
 `http.response.body`. An app error before the response started becomes a 500; after it,
-the connection is closed.
+the connection is closed. `send` of a body piece on a connection that is gone raises
+`ClientDisconnected` (an OSError, as ASGI 2.4 asks), so that an app streaming a response
+stops instead of producing the rest for nobody.
 """
 
 from __future__ import annotations
@@ -47,6 +50,10 @@ MAX_HEAD_BYTES = 64 * 1024
 # A request body that makes no progress for this long is answered RequestTimeout and its
 # connection closed, as AWS does after about 20 s: otherwise it holds its request forever.
 BODY_IDLE_S = 20.0
+# A response the client reads none of for this long (its socket buffer and ours stay full)
+# has its connection cut, as nginx's send_timeout does: otherwise a client that stops
+# reading holds its request, the object's open files and our buffered bytes forever.
+SEND_IDLE_S = 60.0
 _REASONS = {s.value: s.phrase.encode() for s in http.HTTPStatus}
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 _BAD_REQUEST = b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
@@ -76,6 +83,11 @@ _ERROR_500 = (
     b"HTTP/1.1 500 Internal Server Error\r\ncontent-type: text/plain\r\n"
     b"content-length: 21\r\nconnection: close\r\n\r\nInternal Server Error"
 )
+
+
+class ClientDisconnected(ConnectionError):
+    """`send` was called for a response whose connection is gone (closed by the client,
+    or cut for reading nothing)."""
 
 
 class _Exchange:
@@ -160,7 +172,11 @@ class _Exchange:
 
     async def send(self, message: Message) -> None:
         conn = self.conn
-        if conn.closed or self.finished:
+        if self.finished:
+            return
+        if conn.closed:
+            if message["type"] == "http.response.body":
+                raise ClientDisconnected("the client's connection is gone")
             return
         kind = message["type"]
         if kind == "http.response.start":
@@ -316,9 +332,39 @@ class _Connection(asyncio.Protocol):
             self.drain_waiter.set_result(None)
 
     async def drained(self) -> None:
+        """Wait until the transport's buffer is below its low mark; raise
+        ClientDisconnected if the connection went meanwhile or the client read nothing
+        of it for `SEND_IDLE_S`."""
         if self.writing_paused and not self.closed:
-            self.drain_waiter = self.loop.create_future()
-            await self.drain_waiter
+            waiter = self.drain_waiter = self.loop.create_future()
+            timer = self.loop.call_later(
+                SEND_IDLE_S, self._send_stalled, waiter, self.transport.get_write_buffer_size()
+            )
+            try:
+                await waiter
+            finally:
+                timer.cancel()
+        if self.closed:
+            raise ClientDisconnected("the client's connection is gone")
+
+    def _send_stalled(self, waiter: asyncio.Future[None], buffered: int) -> None:
+        if waiter.done() or self.closed:
+            return
+        now = self.transport.get_write_buffer_size()
+        if now < buffered:  # the client read some: a slow reader, not a gone one
+            timer = self.loop.call_later(SEND_IDLE_S, self._send_stalled, waiter, now)
+            waiter.add_done_callback(lambda _: timer.cancel())
+            return
+        log.info("closing a connection whose client read nothing for %.0f s", SEND_IDLE_S)
+        self._abort()
+
+    def _abort(self) -> None:
+        """Drop the connection and the bytes buffered for it (close() would wait for a
+        client that does not read to take them)."""
+        self.closed = True
+        self.transport.abort()
+        if self.drain_waiter is not None and not self.drain_waiter.done():
+            self.drain_waiter.set_result(None)
 
     def resume_reading(self) -> None:
         if self.reading_paused and not self.closed and not self.refused:
@@ -420,6 +466,8 @@ class _Connection(asyncio.Protocol):
         except BaseException as exc:
             if not isinstance(exc, Exception):
                 raise
+            if isinstance(exc, ClientDisconnected):  # the client went: nobody to answer
+                return
             log.exception("ASGI app failed")
             if not exchange.started and not self.closed:
                 self.transport.write(_ERROR_500)
@@ -466,7 +514,10 @@ class _Connection(asyncio.Protocol):
             return
         idle_for = self.loop.time() - self.last_active
         if not self.exchanges and idle_for >= KEEP_ALIVE_S:
-            self.transport.close()
+            if self.transport.get_write_buffer_size():
+                self._abort()  # a response the client never read: close() would wait for it
+            else:
+                self.transport.close()
         else:
             self.idle_timer = self.loop.call_later(max(KEEP_ALIVE_S - idle_for, 1.0), self._idle_timeout)
 

@@ -342,3 +342,110 @@ def test_the_apps_connection_close_is_not_doubled() -> None:
         writer.close()
 
     run(app, client)
+
+
+class Streamer:
+    """An app streaming `pieces` pieces of 64 KiB; records how many `send` took and
+    what ended it."""
+
+    def __init__(self, pieces: int) -> None:
+        self.pieces = pieces
+        self.sent = 0
+        self.ended_by: BaseException | None = None
+        self.done = asyncio.Event()
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        await receive()
+        piece = b"x" * 65536
+        try:
+            await send({"type": "http.response.start", "status": 200,
+                        "headers": [(b"content-length", b"%d" % (self.pieces * len(piece)))]})
+            for _ in range(self.pieces):
+                await send({"type": "http.response.body", "body": piece, "more_body": True})
+                self.sent += 1
+            await send({"type": "http.response.body", "body": b""})
+        except BaseException as exc:
+            self.ended_by = exc
+            raise
+        finally:
+            self.done.set()
+
+
+async def bounded(event: asyncio.Event, limit: float = 5.0) -> None:
+    await asyncio.wait_for(event.wait(), timeout=limit)
+
+
+async def small_buffers_connection(port: int) -> socket.socket:
+    """A client socket that takes little before the sender's buffers fill."""
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.setblocking(False)
+    await asyncio.get_running_loop().sock_connect(sock, ("127.0.0.1", port))
+    return sock
+
+
+def test_a_response_to_a_client_gone_stops_the_apps_stream() -> None:
+    """The client reads the start of a long response and closes: the app's next send
+    raises ClientDisconnected (it would otherwise produce the rest for nobody), and no
+    traceback is logged for it."""
+    app = Streamer(pieces=20_000)  # 1.25 GiB
+
+    async def client(port: int) -> None:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"GET /big HTTP/1.1\r\nHost: h\r\n\r\n")
+        await reader.readuntil(b"\r\n\r\n")
+        await reader.readexactly(1 << 20)
+        writer.transport.abort()
+        await bounded(app.done)
+
+    run(app, client)
+    assert isinstance(app.ended_by, http_server.ClientDisconnected)
+    assert app.sent < 1000, f"{app.sent} pieces sent after the client went"
+
+
+def test_a_client_that_reads_nothing_is_cut_off(monkeypatch: Any) -> None:
+    monkeypatch.setattr(http_server, "SEND_IDLE_S", 0.3)
+    app = Streamer(pieces=20_000)
+
+    async def client(port: int) -> None:
+        sock = await small_buffers_connection(port)
+        loop = asyncio.get_running_loop()
+        await loop.sock_sendall(sock, b"GET /big HTTP/1.1\r\nHost: h\r\n\r\n")
+        started = time.monotonic()
+        await bounded(app.done)  # reads nothing meanwhile
+        assert time.monotonic() - started < 5
+        sock.close()
+
+    run(app, client)
+    assert isinstance(app.ended_by, http_server.ClientDisconnected)
+
+
+def test_a_slow_reader_is_not_cut_off(monkeypatch: Any) -> None:
+    """A client that reads a little at a time, slower than the buffers drain in
+    SEND_IDLE_S but never stopping, gets its whole response."""
+    monkeypatch.setattr(http_server, "SEND_IDLE_S", 0.3)
+    app = Streamer(pieces=3)
+
+    async def client(port: int) -> None:
+        sock = await small_buffers_connection(port)
+        loop = asyncio.get_running_loop()
+        await loop.sock_sendall(sock, b"GET /big HTTP/1.1\r\nHost: h\r\n\r\n")
+        got = b""
+        while not got.endswith(b"x" * 1024) or len(got) < 3 * 65536:
+            got += await loop.sock_recv(sock, 2048)
+            await asyncio.sleep(0.02)  # about 100 KB/s
+            if app.ended_by is not None:
+                break
+        sock.close()
+
+    original = socket.socket.listen
+
+    def listen(self: socket.socket, backlog: int = 16) -> None:
+        # accepted sockets inherit the listener's send buffer: keep it small, so that our
+        # own buffer is what fills and drains
+        self.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+        original(self, backlog)
+
+    monkeypatch.setattr(socket.socket, "listen", listen)
+    run(app, client)
+    assert app.ended_by is None and app.sent == 3
