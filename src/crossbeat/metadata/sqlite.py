@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from crossbeat.metadata import buckets, journal, uploads, versions
+from crossbeat.metadata.bucket_generation import BucketGeneration
 from crossbeat.metadata.codec import check_text
 from crossbeat.metadata.errors import InvalidMetadata, MetadataError, StoreClosed, StoreUnavailable
 from crossbeat.metadata.models import Bucket, JournalEntry
@@ -129,6 +130,7 @@ class SqliteMetadataStore(MetadataStore):
         self._readers: weakref.WeakSet[sqlite3.Connection] = weakref.WeakSet()
         self._readers_lock = threading.Lock()
         self._closed = False
+        self._bucket_generation = BucketGeneration(f"{self.path}-buckets.gen")
         self._writer = GroupCommitWriter(
             conn,
             seq_base=(journal.LAST_SEQ_SQL, journal.LAST_SEQ_PARAMS),
@@ -207,7 +209,10 @@ class SqliteMetadataStore(MetadataStore):
     # -- buckets ------------------------------------------------------------------------------
 
     def create_bucket(self, bucket: Bucket) -> None:
-        self._write(lambda txn: buckets.create(txn, bucket))
+        try:
+            self._write(lambda txn: buckets.create(txn, bucket))
+        finally:  # (also when the commit's outcome is unknown: a spurious bump costs a query)
+            self._bucket_generation.bump()
 
     def get_bucket(self, name: str) -> Bucket | None:
         with self._read() as conn:
@@ -218,14 +223,23 @@ class SqliteMetadataStore(MetadataStore):
             return buckets.list_all(conn)
 
     def update_bucket(self, name: str, **changes: Any) -> Bucket:
-        return self._write(lambda txn: buckets.update(txn, name, changes))
+        try:
+            return self._write(lambda txn: buckets.update(txn, name, changes))
+        finally:
+            self._bucket_generation.bump()
 
     def delete_bucket(self, name: str) -> list[Meta]:
         def op(txn: WriteTxn) -> list[Meta]:
             buckets.delete(txn, name)
             return uploads.remove_all(txn.conn, name)
 
-        return self._write(op)
+        try:
+            return self._write(op)
+        finally:
+            self._bucket_generation.bump()
+
+    def buckets_generation(self) -> bytes:
+        return self._bucket_generation.current()
 
     # -- object versions ----------------------------------------------------------------------
 
@@ -449,6 +463,7 @@ class SqliteMetadataStore(MetadataStore):
             for conn in list(self._readers):
                 conn.close()
             self._readers.clear()
+        self._bucket_generation.close()
 
     def __enter__(self) -> SqliteMetadataStore:
         return self

@@ -21,6 +21,7 @@ not journaled: they are not object metadata; completing an upload journals the v
 from __future__ import annotations
 
 import abc
+import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -87,6 +88,13 @@ class MetadataStore(abc.ABC):
     def delete_bucket(self, name: str) -> list[Meta]:
         """NoSuchBucket; BucketNotEmpty if any version or delete marker remains. Open multipart
         uploads go with the bucket, as on S3: returns their parts, whose data the caller frees."""
+
+    def buckets_generation(self) -> bytes:
+        """A token that changes once any process sharing this store has changed a bucket
+        (created, updated or deleted it): a cache of buckets is good while it stays the
+        same (see metadata/bucket_generation.py). This default changes on every call, which
+        allows no caching."""
+        return os.urandom(8)
 
     # -- object versions ----------------------------------------------------------------------
 

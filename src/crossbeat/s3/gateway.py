@@ -42,6 +42,7 @@ log = logging.getLogger("crossbeat.gateway")
 # behind x-amz-expiration, CORS rules; see recent_bucket), and how many buckets a process
 # keeps (preflights are unauthenticated: names are bounded by BUCKET_RE, their number by this)
 RECENT_BUCKET_TTL_S = 1.0
+BUCKET_CACHE_TTL_S = 10.0
 RECENT_BUCKET_ENTRIES = 4096
 T = TypeVar("T")
 
@@ -84,13 +85,18 @@ class Gateway:
         self.requests_in_flight = 0
         # small PUTs' group commit (threads start on first use, in the serving process)
         self.put_batcher = PutBatcher(self)
-        # Buckets by name, for what never changes in a bucket's life: its owner and location.
-        # Other gateway processes may change versioning or configurations at any time, so
+        # Buckets by name, for what never changes in a bucket's life: its owner and location:
+        # (when read, bucket). A name outlives its bucket, though (deleted, it may be created
+        # again by another user, elsewhere), so both caches are dropped whenever the store's
+        # buckets generation changes, and an entry is read again after BUCKET_CACHE_TTL_S
+        # (a process that died between a bucket change and its bump of the generation).
+        # Versioning and configurations may still be stale (a change racing a request):
         # handlers that depend on those ask for `fresh=True` or re-read inside the commit.
-        self._buckets: dict[str, Bucket] = {}
+        self._buckets: dict[str, tuple[float, Bucket]] = {}
         # Buckets as read at most RECENT_BUCKET_TTL_S ago, for the configurations object
         # requests apply: (when read, bucket or None), see `recent_bucket`.
         self._recent: dict[str, tuple[float, Bucket | None]] = {}
+        self._buckets_generation = b""
 
     # -- construction -------------------------------------------------------------------
     @classmethod
@@ -163,6 +169,14 @@ class Gateway:
         self._buckets.pop(name, None)
         self._recent.pop(name, None)
 
+    def _check_buckets_generation(self) -> None:
+        """Drop every cached bucket once any process changed a bucket."""
+        generation = self.store.buckets_generation()
+        if generation != self._buckets_generation:
+            self._buckets.clear()
+            self._recent.clear()
+            self._buckets_generation = generation
+
     def recent_bucket(self, name: str) -> Bucket | None:
         """Bucket `name` (None if there is none) as read at most RECENT_BUCKET_TTL_S ago,
         for the configurations object requests apply (lifecycle rules, CORS rules): another
@@ -171,6 +185,7 @@ class Gateway:
         changes made through this process, which drop the entry). A name no bucket can have
         is answered without a query or an entry. Reads on the calling thread, the event
         loop, as GET's own metadata read does: one small query per bucket and interval."""
+        self._check_buckets_generation()
         now = time.monotonic()
         entry = self._recent.get(name)
         if entry is None or now - entry[0] > RECENT_BUCKET_TTL_S:
@@ -201,13 +216,18 @@ class Gateway:
         """The bucket if it exists and `principal` owns it; S3 errors otherwise.
 
         Without `fresh` the answer may come from the cache: right for its owner and
-        location, possibly stale for versioning and configurations.
+        location (the cache goes when any bucket changes), possibly stale for versioning
+        and configurations changed by a request racing this one.
         """
-        bucket = None if fresh else self._buckets.get(name)
-        if bucket is None:
+        self._check_buckets_generation()
+        entry = None if fresh else self._buckets.get(name)
+        now = time.monotonic()
+        if entry is not None and now - entry[0] <= BUCKET_CACHE_TTL_S:
+            bucket: Bucket | None = entry[1]
+        else:
             bucket = await self.run(self.store.get_bucket, name)
             if bucket is not None:
-                self._buckets[name] = bucket
+                self._buckets[name] = (now, bucket)
         if bucket is None:
             raise S3Error("NoSuchBucket", resource=f"/{name}", extra={"BucketName": name})
         if bucket.owner != principal.access_key:

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -8,7 +9,7 @@ import httpx
 import pytest
 
 from crossbeat.metadata import open_store
-from tests.support.gateway import ROOT_AK, running_gateway, s3_client
+from tests.support.gateway import ROOT_AK, USER_AK, USER_SK, running_gateway, s3_client
 from tests.support.procs import Service, wait_until
 
 pytestmark = pytest.mark.integration
@@ -214,6 +215,37 @@ def test_a_bucket_deleted_by_another_worker_is_no_such_bucket(tmp_path: Path) ->
         assert "gone" not in [b["Name"] for b in s3.list_buckets()["Buckets"]]
         # the refused PUT's data is gone too (freed by a worker thread, after the answer)
         wait_until(lambda: not list(data.rglob("manifest.json")), timeout=30, what="the refused PUT's data freed")
+
+
+def test_a_name_created_again_by_another_user_is_theirs_in_every_worker(tmp_path: Path) -> None:
+    """A bucket deleted and created again by another user, through another worker process
+    (played by a second store): this worker, which had the old bucket cached, gives the
+    former owner AccessDenied and serves the new one. It answered from the cached bucket:
+    the former owner read the new owner's objects and the new owner was refused."""
+    data = tmp_path / "data"
+    with running_gateway(data) as gw:
+        alice, root = s3_client(gw.url, USER_AK, USER_SK), s3_client(gw.url)
+        alice.create_bucket(Bucket="reused")
+        alice.put_object(Bucket="reused", Key="mine", Body=b"alice's")
+        alice.delete_object(Bucket="reused", Key="mine")  # every worker has it cached now
+        store = open_store(data / "metadata.sqlite")
+        try:
+            old = store.get_bucket("reused")
+            assert old is not None and old.owner == USER_AK
+            store.delete_bucket("reused")
+            store.create_bucket(dataclasses.replace(old, owner=ROOT_AK))
+        finally:
+            store.close()
+        root.put_object(Bucket="reused", Key="secret", Body=b"root's")
+        assert root.get_object(Bucket="reused", Key="secret")["Body"].read() == b"root's"
+        for call in (lambda: alice.get_object(Bucket="reused", Key="secret"),
+                     lambda: alice.put_object_tagging(Bucket="reused", Key="secret",
+                                                      Tagging={"TagSet": [{"Key": "a", "Value": "b"}]}),
+                     lambda: alice.create_multipart_upload(Bucket="reused", Key="k")):  # fmt: skip
+            with pytest.raises(botocore.exceptions.ClientError) as exc:
+                call()
+            assert code(exc) == "AccessDenied"
+        assert root.get_object_tagging(Bucket="reused", Key="secret")["TagSet"] == []
 
 
 def test_delete_bucket_takes_its_open_uploads_with_it(tmp_path: Path) -> None:
