@@ -427,14 +427,17 @@ def list_versions(
         # The marker version may be gone since the page that named it (deleted by a client
         # or lifecycle): the key's older versions must still follow. A minted id is its
         # version's sort key (or close to it), so it still places the page; before, the
-        # listing went on at the next key and the older versions were never listed.
+        # listing went on at the next key and the older versions were never listed. Any
+        # other id ('null', a replica's foreign id) cannot be placed: the key's versions are
+        # listed again from its newest, repeating some rather than skipping any (a client
+        # deleting every version would otherwise miss some and meet BucketNotEmpty).
         bound = marker[0] if marker is not None else (
             version_marker if is_minted_id(version_marker) else None)
-        if bound is not None and key_marker.startswith(prefix):
+        if key_marker.startswith(prefix):
+            older = "AND v.sort_key < ? " if bound is not None else ""
             rows = conn.execute(
-                _SELECT + "WHERE v.bucket = ? AND v.key = ? AND v.sort_key < ? "
-                "ORDER BY v.sort_key DESC LIMIT ?",
-                (bucket, key_marker, bound, limit),
+                _SELECT + "WHERE v.bucket = ? AND v.key = ? " + older + "ORDER BY v.sort_key DESC LIMIT ?",
+                (bucket, key_marker, *([bound] if bound is not None else []), limit),
             ).fetchall()
             out.extend(_meta(*row) for row in rows)
     if len(out) >= limit:

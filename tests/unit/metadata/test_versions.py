@@ -269,3 +269,25 @@ def test_list_versions_goes_on_after_a_marker_version_that_was_deleted(
     rest = store.list_versions(bucket, key_marker="k1", version_marker=vs[2]["versionId"])
     assert [(m["key"], m["versionId"]) for m in rest] == [
         ("k1", vs[1]["versionId"]), ("k1", vs[0]["versionId"]), ("k2", vs[4]["versionId"])]
+
+
+def test_list_versions_after_a_deleted_null_marker_repeats_rather_than_skips(
+    store: SqliteMetadataStore, bucket: str
+) -> None:
+    """The page ended on the 'null' version, deleted before the next page: 'null' does not
+    say where it stood, so the key's versions are listed again from its newest. The listing
+    went on at the next key: v1 was never listed, and a client deleting every version met
+    BucketNotEmpty."""
+    v1 = version(bucket, "k")
+    null = version(bucket, "k", "null")
+    v3 = version(bucket, "k")
+    for v in (v1, null, v3):
+        store.put_version(v)
+    store.put_version(version(bucket, "z"))
+    page = store.list_versions(bucket, limit=2)
+    assert [m["versionId"] for m in page] == [v3["versionId"], "null"]
+    store.delete_version(bucket, "k", "null")
+    rest = store.list_versions(bucket, key_marker="k", version_marker="null")
+    listed = [(m["key"], m["versionId"]) for m in rest]
+    assert ("k", v1["versionId"]) in listed and listed[-1][0] == "z"
+    assert listed[:2] == [("k", v3["versionId"]), ("k", v1["versionId"])]
