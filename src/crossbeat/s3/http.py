@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import itertools
 import os
 import secrets
@@ -190,9 +191,10 @@ class Response:
         headers = [(b"x-amz-request-id", request.request_id.encode())]
         headers.append((b"x-amz-id-2", request.request_id.encode()))
         for k, v in self.headers.items():
-            headers.append((k.encode("latin-1"), str(v).encode("latin-1", "replace")))
+            headers.append((k.encode("latin-1"), _header_value(str(v))))
         has_length = any(k.lower() == "content-length" for k in self.headers)
-        if self.stream is None and not has_length:
+        if self.stream is None and not has_length and self.status not in (204, 304):
+            # (a 204 has no Content-Length; a 304's would have to be the 200's: RFC 9110 8.6)
             headers.append((b"content-length", str(len(self.body)).encode()))
         await send({"type": "http.response.start", "status": self.status, "headers": headers})
         if head_only:
@@ -209,6 +211,21 @@ class Response:
         finally:
             await _close(self.stream)
         await send({"type": "http.response.body", "body": b""})
+
+
+def encoded_word(value: str) -> str:
+    """`value` as one RFC 2047 encoded word, `=?UTF-8?B?...?=` (ASCII, and unfolded: a
+    header value must not hold a line break), as S3 sends non-ASCII metadata."""
+    return "=?UTF-8?B?" + base64.b64encode(value.encode("utf-8", "surrogateescape")).decode() + "?="
+
+
+def _header_value(value: str) -> bytes:
+    """A header value's bytes: latin-1, or for text latin-1 cannot carry an encoded word
+    (it was a '?' per character: a value that could never be read back)."""
+    try:
+        return value.encode("latin-1")
+    except UnicodeEncodeError:
+        return encoded_word(value).encode()
 
 
 async def _close(stream: AsyncIterator[bytes]) -> None:

@@ -10,6 +10,7 @@ from typing import Any
 from crossbeat.metadata import Bucket
 from crossbeat.metadata.ids import new_version_id
 from crossbeat.s3.errors import S3Error
+from crossbeat.s3.http import encoded_word
 
 # headers stored verbatim with the object and returned on GET/HEAD
 SYSTEM_HEADERS = (
@@ -102,9 +103,31 @@ def check_echoable(name: str, value: str) -> None:
                       extra={"ArgumentName": name})  # fmt: skip
 
 
-def user_metadata(headers: dict[str, str]) -> dict[str, str]:
-    meta = {k[len("x-amz-meta-"):]: v for k, v in headers.items() if k.startswith("x-amz-meta-")}
-    if sum(len(k) + len(v) for k, v in meta.items()) > MAX_USER_METADATA:
+def wire_text(value: str) -> str:
+    """A request header's value as the text the client meant. Header bytes arrive as
+    latin-1 code points; non-ASCII bytes that are UTF-8 are read as UTF-8 (what a client
+    sending raw non-ASCII means), others stay as they came."""
+    if value.isascii():
+        return value
+    try:
+        return value.encode("latin-1").decode("utf-8")
+    except UnicodeError:
+        return value
+
+
+def mail_safe(value: str) -> str:
+    """A stored value as a response header: non-ASCII text as an RFC 2047 encoded word
+    (`=?UTF-8?B?...?=`), as S3 returns non-ASCII metadata; ASCII as it is."""
+    return value if value.isascii() else encoded_word(value)
+
+
+def user_metadata(headers: dict[str, str], *, wire: bool = True) -> dict[str, str]:
+    """The x-amz-meta-* of a write, as text (`wire`: from request headers, see wire_text;
+    a POST form's fields are text already). MetadataTooLarge past 2 KB, counted in UTF-8
+    bytes as S3 counts."""
+    meta = {k[len("x-amz-meta-"):]: wire_text(v) if wire else v
+            for k, v in headers.items() if k.startswith("x-amz-meta-")}  # fmt: skip
+    if sum(len(k.encode()) + len(v.encode("utf-8", "surrogateescape")) for k, v in meta.items()) > MAX_USER_METADATA:
         raise S3Error("MetadataTooLarge", "Your metadata headers exceed the maximum allowed metadata size.", status=400)
     return meta
 
@@ -186,10 +209,10 @@ def refuse_customer_key(headers: dict[str, str]) -> None:
             raise S3Error("InvalidRequest", "The encryption parameters are not applicable to this object.")
 
 
-def system_headers(headers: dict[str, str]) -> dict[str, str]:
+def system_headers(headers: dict[str, str], *, wire: bool = True) -> dict[str, str]:
     """The headers stored with a new object and returned on GET/HEAD (storage class
-    validated); raises InvalidStorageClass."""
-    out = {k: headers[k] for k in SYSTEM_HEADERS if k in headers}
+    validated), as text (`wire`: see user_metadata); raises InvalidStorageClass."""
+    out = {k: wire_text(headers[k]) if wire else headers[k] for k in SYSTEM_HEADERS if k in headers}
     sc = storage_class_header(headers)
     if sc is not None:
         out[STORAGE_CLASS_HEADER] = sc
@@ -222,9 +245,10 @@ def object_headers(meta: dict[str, Any], versioned: bool) -> dict[str, str]:
         "content-type": meta.get("contentType") or "binary/octet-stream",
         "accept-ranges": "bytes",
     }
-    h.update(meta.get("systemHeaders") or {})
+    for k, v in (meta.get("systemHeaders") or {}).items():
+        h[k] = mail_safe(v)
     for k, v in (meta.get("userMetadata") or {}).items():
-        h[f"x-amz-meta-{k}"] = v
+        h[f"x-amz-meta-{k}"] = mail_safe(v)
     if versioned or meta.get("versionId") not in (None, "null"):
         h["x-amz-version-id"] = meta.get("versionId") or "null"
     info = meta.get("replicationInfo")
@@ -246,40 +270,55 @@ def checksum_headers(meta: dict[str, Any]) -> dict[str, str]:
     return h
 
 
+# One range of bytes, digits only: int() alone also took '1_0', '+1' and ' 3'.
+_RANGE = re.compile(r"bytes=([0-9]*)-([0-9]*)")
+
+
 def parse_range(value: str | None, size: int) -> tuple[int, int] | None:
-    """`bytes=a-b` → (start, end exclusive); None = whole object. Unsatisfiable → InvalidRange."""
+    """`bytes=a-b` → (start, end exclusive); None = the whole object, also for a malformed
+    value or several ranges (as S3: RFC 9110 lets a server ignore Range). Unsatisfiable
+    (a start past the end, a suffix of 0) → InvalidRange, 416 with `bytes */size`."""
     if not value:
         return None
-    value = value.strip()
-    if not value.startswith("bytes=") or "," in value:
+    m = _RANGE.fullmatch(value.strip())
+    if m is None:
         return None
-    spec = value[6:].strip()
-    first, sep, last = spec.partition("-")
-    if not sep:
-        return None
-    try:
-        if first == "":
-            n = int(last)
-            if n <= 0:
-                raise S3Error("InvalidRange", extra={"ActualObjectSize": str(size)})
-            return (max(0, size - n), size) if size else _unsatisfiable(size)
-        start = int(first)
-        end = int(last) + 1 if last else size
-    except ValueError:
-        return None
-    if start < 0 or (last and end <= start):
+    first, last = m.groups()
+    if not first:
+        if not last:
+            return None
+        n = int(last)
+        if n == 0 or size == 0:
+            _unsatisfiable(size, value)
+        return max(0, size - n), size
+    start = int(first)
+    if last and int(last) < start:
         return None
     if start >= size:
-        return _unsatisfiable(size)
-    return start, min(end, size)
+        _unsatisfiable(size, value)
+    return start, min(int(last) + 1 if last else size, size)
 
 
-def _unsatisfiable(size: int) -> tuple[int, int]:
+def _unsatisfiable(size: int, requested: str) -> None:
     raise S3Error(
         "InvalidRange",
         headers={"content-range": f"bytes */{size}"},
-        extra={"RangeRequested": "", "ActualObjectSize": str(size)},
+        extra={"RangeRequested": requested.strip()[:256], "ActualObjectSize": str(size)},
     )
+
+
+def if_range_holds(value: str, meta: dict[str, Any]) -> bool:
+    """Whether a Range goes with `If-Range: value` (RFC 9110 13.1.5): the object is still
+    the one the client has part of. An entity tag must match strongly (a weak one never
+    does); a date must be the object's Last-Modified exactly. Anything else does not hold:
+    the client then gets the whole object, never a piece of another one."""
+    value = value.strip()
+    if value.startswith('"'):
+        return value == quoted(meta["etag"])
+    if value.startswith("W/"):
+        return False
+    dt = parse_http_date(value)
+    return dt is not None and dt == parse_iso(meta["lastModified"]).replace(microsecond=0)
 
 
 def check_conditionals(meta: dict[str, Any], headers: dict[str, str], prefix: str = "if-") -> None:
@@ -295,14 +334,14 @@ def check_conditionals(meta: dict[str, Any], headers: dict[str, str], prefix: st
     failed = "PreconditionFailed"
     not_modified = "NotModified" if prefix == "if-" else "PreconditionFailed"
     if if_match is not None:
-        if not _etag_matches(if_match, etag):
+        if not etag_matches(if_match, etag):
             raise S3Error(failed, extra={"Condition": "If-Match"})
     elif if_unmodified:
         dt = parse_http_date(if_unmodified)
         if dt is not None and modified > dt:
             raise S3Error(failed, extra={"Condition": "If-Unmodified-Since"})
     if if_none_match is not None:
-        if _etag_matches(if_none_match, etag):
+        if etag_matches(if_none_match, etag, weak=True):
             raise S3Error(not_modified, headers=_nm_headers(meta))
     elif if_modified:
         dt = parse_http_date(if_modified)
@@ -311,13 +350,28 @@ def check_conditionals(meta: dict[str, Any], headers: dict[str, str], prefix: st
 
 
 def _nm_headers(meta: dict[str, Any]) -> dict[str, str]:
-    return {"etag": quoted(meta["etag"]), "last-modified": http_date(meta["lastModified"])}
+    """What a 304 repeats of the 200 it stands for (RFC 9110 15.4.5): the validators and
+    the caching headers, which a cache refreshes its stored response from."""
+    h = {"etag": quoted(meta["etag"]), "last-modified": http_date(meta["lastModified"])}
+    for name, value in (meta.get("systemHeaders") or {}).items():
+        if name in ("cache-control", "expires"):
+            h[name] = value
+    return h
 
 
-def _etag_matches(header: str, etag: str) -> bool:
+def etag_matches(header: str, etag: str, *, weak: bool = False) -> bool:
+    """Whether an If-Match / If-None-Match list names `etag` (or is '*'). Strong
+    comparison (If-Match) never matches a weak tag W/"..."; weak comparison (If-None-Match)
+    ignores the W/ (RFC 9110 13.1.1, 13.1.2)."""
     for candidate in header.split(","):
         c = candidate.strip()
-        if c == "*" or c.strip('"') == etag:
+        if c == "*":
+            return True
+        if c.startswith("W/"):
+            if not weak:
+                continue
+            c = c[2:]
+        if c.strip('"') == etag:
             return True
     return False
 

@@ -36,6 +36,8 @@ from crossbeat.s3.objectmeta import (
     check_echoable,
     checksum_headers,
     delete_marker,
+    etag_matches,
+    if_range_holds,
     iso_now,
     new_version_id_for,
     object_headers,
@@ -113,7 +115,7 @@ def _check_if_match(if_match: str, live: dict[str, Any] | None) -> None:
     when there is none, or it is a delete marker)."""
     if live is None:
         raise S3Error("NoSuchKey")
-    if if_match.strip() != "*" and if_match.strip().strip('"') != live["etag"]:
+    if not etag_matches(if_match, live["etag"]):
         raise S3Error("PreconditionFailed", extra={"Condition": "If-Match"})
 
 
@@ -345,10 +347,19 @@ def _prepare_get(
         if meta.get("parts"):  # AWS sends the count only when a part is asked for
             headers["x-amz-mp-parts-count"] = str(len(meta["parts"]))
     else:
-        rng = parse_range(req.headers.get("range"), size)
+        if_range = req.headers.get("if-range")
+        # a Range whose If-Range no longer holds is ignored: the client's piece is of
+        # another object, it gets this one whole (a resumed download stays whole)
+        holds = if_range is None or if_range_holds(if_range, meta)
+        rng = parse_range(req.headers.get("range"), size) if holds else None
     for param, header in RESPONSE_OVERRIDES.items():
         if param in req.query:
             check_echoable(param, req.query[param])
+            try:  # sent as it is, as S3 does: what latin-1 cannot carry is refused
+                req.query[param].encode("latin-1")
+            except UnicodeEncodeError:
+                raise S3Error("InvalidArgument", "Header value cannot be represented using ISO-8859-1.",
+                              extra={"ArgumentName": param, "ArgumentValue": req.query[param][:256]}) from None
             headers[header] = req.query[param]
     status = 200
     start, end = 0, size

@@ -279,7 +279,7 @@ async def post_object(gw: Gateway, req: Request) -> Response:
     build = version_builder(
         bucket, key, headers,
         tags=xmldoc.parse_tagging(tagging.encode("utf-8")) if tagging else {},
-        user_meta=user_metadata(headers), sys_headers=system_headers(headers),
+        user_meta=user_metadata(headers, wire=False), sys_headers=system_headers(headers, wire=False),
         content_type=headers.get("content-type"),
     )
     decoder = BodyDecoder(_FORM_CONTEXT, decoder_headers)
