@@ -37,6 +37,7 @@ from crossbeat.s3.objectmeta import (
     checksum_headers,
     delete_marker,
     etag_matches,
+    http_date,
     if_range_holds,
     iso_now,
     new_version_id_for,
@@ -52,6 +53,7 @@ from crossbeat.s3.objectmeta import (
     storage_class_header,
     system_headers,
     user_metadata,
+    wire_text,
 )
 from crossbeat.s3.put_batcher import BuildMeta
 from crossbeat.s3.replication import REPLICA, replication_info
@@ -303,8 +305,14 @@ def add_expiration(gw: Gateway, bucket: str, meta: dict[str, Any], headers: dict
             headers["x-amz-expiration"] = value
 
 
-def lookup_sync(gw: Gateway, bucket: str, key: str, version_id: str | None) -> dict[str, Any]:
-    """The addressed version, or the S3 error GET/HEAD return for it (worker thread)."""
+def lookup_sync(
+    gw: Gateway, bucket: str, key: str, version_id: str | None, *, object_gone: bool = True
+) -> dict[str, Any]:
+    """The addressed version, or the S3 error GET/HEAD return for it (worker thread).
+
+    A delete marker named by its versionId is 405 MethodNotAllowed with its Last-Modified;
+    a current delete marker is 404 NoSuchKey when the object is asked for (`object_gone`),
+    405 when a sub-resource of that version is (tagging, ACL: as S3 answers them)."""
     meta = gw.store.get_version(bucket, key, version_id)
     resource = f"/{bucket}/{key}"
     if meta is None:
@@ -313,15 +321,18 @@ def lookup_sync(gw: Gateway, bucket: str, key: str, version_id: str | None) -> d
         raise S3Error("NoSuchKey", resource=resource, extra={"Key": key})
     if meta.get("isDeleteMarker"):
         marker_headers = {"x-amz-delete-marker": "true", "x-amz-version-id": meta["versionId"]}
-        if version_id is not None:
+        if version_id is not None or not object_gone:
             marker_headers["allow"] = "DELETE"
+            marker_headers["last-modified"] = http_date(meta["lastModified"])
             raise S3Error("MethodNotAllowed", resource=resource, headers=marker_headers)
         raise S3Error("NoSuchKey", resource=resource, headers=marker_headers, extra={"Key": key})
     return meta
 
 
-async def lookup(gw: Gateway, bucket: str, key: str, version_id: str | None) -> dict[str, Any]:
-    return await gw.run(lookup_sync, gw, bucket, key, version_id)
+async def lookup(
+    gw: Gateway, bucket: str, key: str, version_id: str | None, *, object_gone: bool = True
+) -> dict[str, Any]:
+    return await gw.run(partial(lookup_sync, object_gone=object_gone), gw, bucket, key, version_id)
 
 
 def _prepare_get(
@@ -461,15 +472,17 @@ async def delete_objects(gw: Gateway, req: Request, p: Principal, ctx: Any) -> R
                 raise S3Error("InvalidArgument", "An object key must not be empty.")
             if version_id == "":
                 raise S3Error("NoSuchVersion")
+            if version_id is not None:  # as DeleteObject answers it: an entry's error
+                check_version_id_arg(version_id)
             h = await delete_one(gw, bucket, target)
         except S3Error as err:
             errors.append(xmldoc.DeleteError(key, err.code, err.message, version_id))
             continue
         entry = xmldoc.DeletedObject(key, version_id)
         if h.get("x-amz-delete-marker") == "true":
+            # the marker made, or the one a versionId named and this deleted (S3's DeletedObject)
             entry.delete_marker = True
-            if version_id is None:
-                entry.delete_marker_version_id = h["x-amz-version-id"]
+            entry.delete_marker_version_id = h.get("x-amz-version-id") or version_id
         if not quiet:
             deleted.append(entry)
     return xml_response(xmldoc.delete_result_xml(deleted, errors))
@@ -536,6 +549,9 @@ async def retry_vanished(attempt: Callable[[], Awaitable[T]]) -> T:
     return await attempt()
 
 
+REDIRECT_HEADER = "x-amz-website-redirect-location"
+
+
 async def copy_object(gw: Gateway, req: Request, p: Principal, ctx: Any) -> Response:
     bucket = await gw.bucket(req.bucket, p, fresh=True)
     refuse_unsupported_writes(req.headers)
@@ -548,7 +564,8 @@ async def copy_object(gw: Gateway, req: Request, p: Principal, ctx: Any) -> Resp
     async def copied() -> tuple[dict[str, Any], str | None, Location, str]:
         src, src_version = await copy_source(gw, req, p)
         same = src["bucket"] == req.bucket and src["key"] == req.key and src_version in (None, src["versionId"])
-        if same and directive == "COPY" and not bucket.versioning and "x-amz-storage-class" not in req.headers:
+        changes = {STORAGE_CLASS_HEADER, REDIRECT_HEADER} & req.headers.keys()
+        if same and directive == "COPY" and not bucket.versioning and not changes:
             raise S3Error(
                 "InvalidRequest",
                 "This copy request is illegal because it is trying to copy an object to itself without "
@@ -562,10 +579,14 @@ async def copy_object(gw: Gateway, req: Request, p: Principal, ctx: Any) -> Resp
         umeta, ctype, sys_h = user_metadata(req.headers), req.headers.get("content-type"), system_headers(req.headers)
     else:
         umeta, ctype, sys_h = dict(src.get("userMetadata") or {}), src.get("contentType"), dict(src.get("systemHeaders") or {})
-        # the storage class is the request's, not the source's (STANDARD unless given)
+        # the storage class and the website redirect are the request's, not the source's
+        # (STANDARD and none unless given: S3 copies neither)
         sys_h.pop(STORAGE_CLASS_HEADER, None)
         if (sc := storage_class_header(req.headers)) is not None:
             sys_h[STORAGE_CLASS_HEADER] = sc
+        sys_h.pop(REDIRECT_HEADER, None)
+        if REDIRECT_HEADER in req.headers:
+            sys_h[REDIRECT_HEADER] = wire_text(req.headers[REDIRECT_HEADER])
     tags = xmldoc.parse_tagging_header(req.headers.get("x-amz-tagging")) if tag_directive == "REPLACE" else dict(src.get("tags") or {})
     meta = new_meta(
         bucket, req.key, size=location.size, etag=md5_hex, location=[location.to_json()],
@@ -593,7 +614,7 @@ async def _update_tags(
     AWS: the new tags are copied to the destinations (they stayed COMPLETED with the old
     tags). A replica's tags are the destination's own to change."""
     for _ in range(20):
-        meta = await lookup(gw, req.bucket, req.key, req.query.get("versionId"))
+        meta = await lookup(gw, req.bucket, req.key, req.query.get("versionId"), object_gone=False)
         new = dict(meta)
         new["tags"] = tags or {}
         info = meta.get("replicationInfo") or {}
@@ -620,7 +641,7 @@ async def put_tagging(gw: Gateway, req: Request, p: Principal, ctx: Any) -> Resp
 
 async def get_tagging(gw: Gateway, req: Request, p: Principal) -> Response:
     await gw.bucket(req.bucket, p)
-    meta = await lookup(gw, req.bucket, req.key, req.query.get("versionId"))
+    meta = await lookup(gw, req.bucket, req.key, req.query.get("versionId"), object_gone=False)
     return xml_response(xmldoc.tagging_xml(meta.get("tags") or {}), headers={"x-amz-version-id": meta["versionId"]})
 
 
@@ -633,7 +654,7 @@ async def delete_tagging(gw: Gateway, req: Request, p: Principal) -> Response:
 async def put_acl(gw: Gateway, req: Request, p: Principal, ctx: Any) -> Response:
     """PutObjectAcl: only an ACL that grants the owner alone (see s3/acl.py); a no-op."""
     bucket = await gw.bucket(req.bucket, p)
-    await lookup(gw, req.bucket, req.key, req.query.get("versionId"))
+    await lookup(gw, req.bucket, req.key, req.query.get("versionId"), object_gone=False)
     acl.refuse_acl_headers(req.headers)
     acl.refuse_acl_document(await read_document(req, ctx), bucket.owner)
     return Response()
@@ -641,7 +662,7 @@ async def put_acl(gw: Gateway, req: Request, p: Principal, ctx: Any) -> Response
 
 async def get_acl(gw: Gateway, req: Request, p: Principal) -> Response:
     await gw.bucket(req.bucket, p)
-    await lookup(gw, req.bucket, req.key, req.query.get("versionId"))
+    await lookup(gw, req.bucket, req.key, req.query.get("versionId"), object_gone=False)
     return xml_response(acl_xml(p.access_key, p.display_name))
 
 

@@ -175,6 +175,22 @@ def test_copy_object(s3: Any, bucket: str) -> None:
     assert err(exc)[0] == "NoSuchKey"
 
 
+def test_a_copy_has_the_website_redirect_the_request_gives(s3: Any, bucket: str) -> None:
+    """As S3: the redirect is 'unique to each object and is not copied'; the copy request
+    sets it, and a copy onto itself that changes only it is legal. The source's was copied
+    and the request's ignored, and that self-copy was refused."""
+    s3.put_object(Bucket=bucket, Key="page", Body=b"<html/>", WebsiteRedirectLocation="/old")
+    s3.copy_object(Bucket=bucket, Key="plain", CopySource={"Bucket": bucket, "Key": "page"})
+    assert "WebsiteRedirectLocation" not in s3.head_object(Bucket=bucket, Key="plain")
+    s3.copy_object(Bucket=bucket, Key="moved", CopySource={"Bucket": bucket, "Key": "page"},
+                   WebsiteRedirectLocation="/new")
+    assert s3.head_object(Bucket=bucket, Key="moved")["WebsiteRedirectLocation"] == "/new"
+    s3.copy_object(Bucket=bucket, Key="page", CopySource={"Bucket": bucket, "Key": "page"},
+                   WebsiteRedirectLocation="/newer")
+    head = s3.head_object(Bucket=bucket, Key="page")
+    assert head["WebsiteRedirectLocation"] == "/newer" and head["ContentLength"] == 7
+
+
 def test_delete_objects(s3: Any, bucket: str) -> None:
     for i in range(5):
         s3.put_object(Bucket=bucket, Key=f"d/{i}", Body=b"x")

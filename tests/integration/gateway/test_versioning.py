@@ -163,3 +163,40 @@ def test_delete_objects_with_an_empty_version_id_deletes_nothing(s3: Any, vbucke
     assert "Deleted" not in r
     listing = s3.list_object_versions(Bucket=vbucket)
     assert "DeleteMarkers" not in listing and len(listing["Versions"]) == 1
+
+
+def test_delete_objects_names_the_marker_it_deleted_and_refuses_a_malformed_id(
+    gateway: Service, s3: Any, vbucket: str
+) -> None:
+    """A delete marker deleted by its versionId is DeleteMarker with DeleteMarkerVersionId,
+    as S3's DeletedObject says (it was missing); an entry whose id is malformed is an error
+    entry, as DeleteObject answers it (it was reported Deleted)."""
+    s3.put_object(Bucket=vbucket, Key="k", Body=b"kept")
+    marker = s3.delete_object(Bucket=vbucket, Key="k")["VersionId"]
+    r = s3.delete_objects(Bucket=vbucket, Delete={"Objects": [
+        {"Key": "k", "VersionId": marker}, {"Key": "k", "VersionId": "bad id"}]})
+    (deleted,) = r["Deleted"]
+    assert deleted == {"Key": "k", "VersionId": marker, "DeleteMarker": True, "DeleteMarkerVersionId": marker}
+    (error,) = r["Errors"]
+    assert (error["Code"], error["Message"], error["VersionId"]) == (
+        "InvalidArgument", "Invalid version id specified", "bad id")
+    assert s3.get_object(Bucket=vbucket, Key="k")["Body"].read() == b"kept"
+
+
+def test_a_delete_marker_answers_405_with_its_last_modified(gateway: Service, s3: Any, vbucket: str) -> None:
+    """GET/HEAD of a delete marker by its versionId: 405 with Last-Modified, as S3's
+    GetObject and HeadObject reference says (it had none). The tagging and ACL of a key
+    whose current version is a delete marker are 405 too (they were 404)."""
+    s3.put_object(Bucket=vbucket, Key="k", Body=b"x")
+    marker = s3.delete_object(Bucket=vbucket, Key="k")["VersionId"]
+    for method in ("GET", "HEAD"):
+        r = signed(method, f"{gateway.url}/{vbucket}/k?versionId={marker}")
+        assert r.status_code == 405 and r.headers["x-amz-delete-marker"] == "true"
+        assert r.headers["last-modified"].endswith(" GMT") and r.headers["x-amz-version-id"] == marker
+    assert signed("GET", f"{gateway.url}/{vbucket}/k").status_code == 404  # the object: gone
+    tagging = b"<Tagging><TagSet/></Tagging>"
+    for method, query, body in [("GET", "tagging", b""), ("PUT", "tagging", tagging),
+                                ("DELETE", "tagging", b""), ("GET", "acl", b"")]:
+        r = signed(method, f"{gateway.url}/{vbucket}/k?{query}", body)
+        assert r.status_code == 405 and "<Code>MethodNotAllowed</Code>" in r.text, (method, query, r.text)
+        assert r.headers["x-amz-delete-marker"] == "true"
