@@ -37,7 +37,20 @@ def now_iso() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.") + f"{datetime.now(UTC).microsecond // 1000:03d}Z"
 
 
+# Prefixes and suffixes AWS's general purpose bucket naming rules reserve (for punycode
+# names, its own use, documentation examples, access point and Multi-Region Access Point
+# aliases, directory and table buckets): S3 refuses to create a bucket named with one.
+# `sthree-` covers the `sthree-configurator` AWS also lists.
+_RESERVED_PREFIXES = ("xn--", "sthree-", "amzn-s3-demo-")
+_RESERVED_SUFFIXES = ("-s3alias", "--ol-s3", ".mrap", "--x-s3", "--table-s3")
+
+
 def validate_bucket_name(name: str) -> None:
+    """InvalidBucketName unless `name` may name a new bucket by AWS's general purpose bucket
+    naming rules: 3 to 63 lower-case letters, digits, dots and hyphens, beginning and ending
+    with a letter or digit, no `..`, not an IP address, no reserved prefix or suffix (plus
+    no `.-` or `-.`, which crossbeat has always refused). Checked on CreateBucket only, so a
+    bucket that exists keeps being served whatever its name."""
     bad = not BUCKET_RE.match(name) or ".." in name or ".-" in name or "-." in name
     if not bad:
         try:
@@ -45,7 +58,7 @@ def validate_bucket_name(name: str) -> None:
             bad = True
         except ValueError:
             pass
-    if bad or name.startswith("xn--") or name.endswith("-s3alias"):
+    if bad or name.startswith(_RESERVED_PREFIXES) or name.endswith(_RESERVED_SUFFIXES):
         raise S3Error("InvalidBucketName", resource=f"/{name}", extra={"BucketName": name})
 
 

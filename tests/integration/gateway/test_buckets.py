@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from crossbeat.metadata import open_store
-from tests.support.gateway import ROOT_AK, USER_AK, USER_SK, running_gateway, s3_client
+from tests.support.gateway import ROOT_AK, USER_AK, USER_SK, running_gateway, s3_client, signed
 from tests.support.procs import Service, wait_until
 
 pytestmark = pytest.mark.integration
@@ -38,12 +38,35 @@ def test_create_list_head_delete(s3: Any) -> None:
     assert exc.value.response["ResponseMetadata"]["HTTPStatusCode"] == 404
 
 
-@pytest.mark.parametrize("name", ["ab", "UPPER", "has_underscore", "192.168.1.1", "a..b", "-lead"])
+@pytest.mark.parametrize("name", [
+    "ab", "UPPER", "has_underscore", "192.168.1.1", "a..b", "-lead",
+    # the prefixes and suffixes AWS's general purpose bucket naming rules reserve
+    "xn--punycode", "sthree-bucket", "sthree-configurator", "amzn-s3-demo-bucket",
+    "my-bucket-s3alias", "my-bucket--ol-s3", "my-bucket.mrap", "my-bucket--table-s3",
+])
 def test_invalid_bucket_names(s3: Any, name: str) -> None:
     with pytest.raises((botocore.exceptions.ClientError, botocore.exceptions.ParamValidationError)) as exc:
         s3.create_bucket(Bucket=name)
     if isinstance(exc.value, botocore.exceptions.ClientError):
         assert exc.value.response["Error"]["Code"] == "InvalidBucketName"
+
+
+def test_directory_bucket_suffix_is_an_invalid_name(gateway: Service, s3: Any) -> None:
+    # signed here: boto3 sends a name ending in --x-s3 to S3 Express (its own auth scheme)
+    name = "my-bucket--use1-az4--x-s3"
+    r = signed("PUT", f"{gateway.url}/{name}")
+    assert r.status_code == 400 and b"<Code>InvalidBucketName</Code>" in r.content
+    assert name not in [b["Name"] for b in s3.list_buckets()["Buckets"]]
+
+
+def test_names_near_the_reserved_ones_are_valid(s3: Any) -> None:
+    """Only the reserved affixes themselves are refused, where AWS places them."""
+    names = ["sthree", "my-sthree-bucket", "amzn-s3-demo", "xn-a", "s3alias-first", "b-s3aliass",
+             "b-ol-s3", "b.mrap1", "mrap", "b-x-s3", "b-table-s3", "table-s3.example"]
+    for name in names:
+        s3.create_bucket(Bucket=name)
+    listed = {b["Name"] for b in s3.list_buckets()["Buckets"]}
+    assert set(names) <= listed
 
 
 def test_location(s3: Any) -> None:
