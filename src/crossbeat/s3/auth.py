@@ -50,7 +50,7 @@ _HEX64 = re.compile(r"[0-9a-fA-F]{64}\Z")
 _PLAIN_PATH = re.compile(rb"[A-Za-z0-9\-._~/]*")
 _AMZ_DATE = "%Y%m%dT%H%M%SZ"
 
-# SigV2: the query parameters that are part of the canonical resource
+# SigV2: the query parameters that are part of the canonical resource, as S3 signs them
 _V2_SUBRESOURCES = frozenset(
     {
         "accelerate", "acl", "analytics", "cors", "delete", "encryption", "inventory",
@@ -58,6 +58,20 @@ _V2_SUBRESOURCES = frozenset(
         "partNumber", "policy", "publicAccessBlock", "replication", "requestPayment",
         "restore", "retention", "legal-hold", "select", "select-type", "tagging", "torrent",
         "uploadId", "uploads", "versionId", "versioning", "versions", "website",
+        "response-cache-control", "response-content-disposition", "response-content-encoding",
+        "response-content-language", "response-content-type", "response-expires",
+    }
+)  # fmt: skip
+# ...and as botocore's SigV2 signer signs them (HmacV1Auth.QSAOfInterest): without
+# encryption, publicAccessBlock, retention and legal-hold, with two S3 has no use for. s3cmd
+# signs a subset of this list and sends none of the rest, so this form is s3cmd's too.
+_V2_SUBRESOURCES_BOTOCORE = frozenset(
+    {
+        "accelerate", "acl", "analytics", "cors", "defaultObjectAcl", "delete", "inventory",
+        "lifecycle", "location", "logging", "metrics", "notification", "object-lock",
+        "partNumber", "policy", "replication", "requestPayment", "restore", "select",
+        "select-type", "storageClass", "tagging", "torrent", "uploadId", "uploads",
+        "versionId", "versioning", "versions", "website",
         "response-cache-control", "response-content-disposition", "response-content-encoding",
         "response-content-language", "response-content-type", "response-expires",
     }
@@ -498,20 +512,24 @@ def _verify_v2(
     date_line: str,
     signature: str,
 ) -> None:
+    """Return if `signature` is `principal`'s SigV2 signature of the request in a form real
+    clients sign, else raise SignatureDoesNotMatch. The canonical resource may carry the
+    sub-resources of `_V2_SUBRESOURCES` (S3's form) or, for GET and HEAD only, those of
+    `_V2_SUBRESOURCES_BOTOCORE` (botocore's and s3cmd's), after either path spelling below."""
     amz = "".join(
         f"{name}:{','.join(' '.join(v.split()) for v in hdrs[name])}\n"
         for name in sorted(hdrs)
         if name.startswith("x-amz-")
     )
-    subresources = sorted(
-        (
-            (n.decode("latin-1"), unquote_to_bytes(v).decode("utf-8", "replace"))
-            for n, v in query
-            if n.decode("latin-1") in _V2_SUBRESOURCES
-        ),
-        key=lambda pair: pair[0],
-    )
-    sub = "&".join(f"{n}={v}" if v else n for n, v in subresources)
+    forms = [_V2_SUBRESOURCES]
+    # botocore's form leaves four sub-resources unsigned: anyone holding a signed request
+    # could add one unnoticed. Accepted for reads only, where the most an added one does is
+    # read that configuration of the same bucket or object; on a PUT or DELETE it could turn
+    # a signed PutObject or DeleteBucket into a write of a retention, a legal hold, an
+    # encryption or a public access block.
+    if method in ("GET", "HEAD"):
+        forms.append(_V2_SUBRESOURCES_BOTOCORE)
+    subs = dict.fromkeys(_v2_subresources(query, names) for names in forms)
     head = "\n".join(
         (method, _one(hdrs, "content-md5") or "", _one(hdrs, "content-type") or "", date_line)
     )
@@ -524,14 +542,29 @@ def _verify_v2(
     if raw.count("/") == 1 and len(raw) > 1:
         paths += [path + "/" for path in paths]
     for path in dict.fromkeys(paths):
-        resource = path + ("?" + sub if sub else "")
-        string_to_sign = f"{head}\n{amz}{resource}"
-        mac = hmac.new(
-            principal.secret_key.encode("utf-8"), string_to_sign.encode("utf-8"), hashlib.sha1
-        )
-        if hmac.compare_digest(base64.b64encode(mac.digest()), given):
-            return
+        for sub in subs:
+            resource = path + ("?" + sub if sub else "")
+            string_to_sign = f"{head}\n{amz}{resource}"
+            mac = hmac.new(
+                principal.secret_key.encode("utf-8"), string_to_sign.encode("utf-8"), hashlib.sha1
+            )
+            if hmac.compare_digest(base64.b64encode(mac.digest()), given):
+                return
     raise S3Error("SignatureDoesNotMatch")
+
+
+def _v2_subresources(query: list[tuple[bytes, bytes]], names: frozenset[str]) -> str:
+    """The `name[=value]&...` part of a SigV2 canonical resource: the query parameters among
+    `names`, values decoded, sorted by name ("" when there are none)."""
+    subresources = sorted(
+        (
+            (n.decode("latin-1"), unquote_to_bytes(v).decode("utf-8", "replace"))
+            for n, v in query
+            if n.decode("latin-1") in names
+        ),
+        key=lambda pair: pair[0],
+    )
+    return "&".join(f"{n}={v}" if v else n for n, v in subresources)
 
 
 # ---------------------------------------------------------------- shared helpers
