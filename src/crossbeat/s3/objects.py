@@ -16,6 +16,7 @@ from crossbeat.repositories import Location, NoSuchData, Repository
 from crossbeat.s3 import acl, xmldoc
 from crossbeat.s3.auth import Principal
 from crossbeat.s3.buckets import acl_xml
+from crossbeat.s3.checksums import new_hasher, normalize_algorithm
 from crossbeat.s3.datapath import (
     GroupCommit,
     Written,
@@ -524,13 +525,25 @@ def copy_data(
     gw: Gateway, meta: dict[str, Any], repo: Repository, start: int, end: int
 ) -> tuple[Location, str]:
     """Copy bytes [start, end) of a stored object into `repo` (worker thread); (location, md5)."""
+    location, md5_hex, _ = copy_data_checked(gw, meta, repo, start, end, None)
+    return location, md5_hex
+
+
+def copy_data_checked(
+    gw: Gateway, meta: dict[str, Any], repo: Repository, start: int, end: int, algorithm: str | None
+) -> tuple[Location, str, str | None]:
+    """As copy_data, also computing the bytes' checksum of `algorithm` (a name of
+    checksums.ALGORITHMS; base64, None without one): (location, md5, checksum)."""
     md5 = hashlib.md5()
+    hasher = new_hasher(algorithm) if algorithm is not None else None
     writer = repo.writer()
     try:
         for chunk in range_chunks(gw, meta, start, end):
             md5.update(chunk)
+            if hasher is not None:
+                hasher.update(chunk)
             writer.write(chunk)
-        return writer.commit(), md5.hexdigest()
+        return writer.commit(), md5.hexdigest(), hasher.b64() if hasher is not None else None
     except BaseException:
         writer.abort()
         raise
@@ -560,21 +573,28 @@ async def copy_object(gw: Gateway, req: Request, p: Principal, ctx: Any) -> Resp
     tag_directive = req.headers.get("x-amz-tagging-directive", "COPY").upper()
     if directive not in ("COPY", "REPLACE") or tag_directive not in ("COPY", "REPLACE"):
         raise S3Error("InvalidArgument", "Unknown metadata or tagging directive")
+    # the checksum the copy is to have, computed from its bytes: how S3 changes an object's
+    # checksum algorithm ("you can copy an individual object")
+    wanted = req.headers.get("x-amz-checksum-algorithm")
+    algorithm = normalize_algorithm(wanted) if wanted is not None else None
 
-    async def copied() -> tuple[dict[str, Any], str | None, Location, str]:
+    async def copied() -> tuple[dict[str, Any], str | None, Location, str, str | None]:
         src, src_version = await copy_source(gw, req, p)
         same = src["bucket"] == req.bucket and src["key"] == req.key and src_version in (None, src["versionId"])
-        changes = {STORAGE_CLASS_HEADER, REDIRECT_HEADER} & req.headers.keys()
+        # (a new checksum algorithm counts: a copy in place is how an object gets one)
+        changes = {STORAGE_CLASS_HEADER, REDIRECT_HEADER, "x-amz-checksum-algorithm"} & req.headers.keys()
         if same and directive == "COPY" and not bucket.versioning and not changes:
             raise S3Error(
                 "InvalidRequest",
                 "This copy request is illegal because it is trying to copy an object to itself without "
                 "changing the object's metadata, storage class, website redirect location or encryption attributes.",
             )
-        location, md5_hex = await gw.run(copy_data, gw, src, gw.location_for(bucket), 0, int(src["size"]))
-        return src, src_version, location, md5_hex
+        location, md5_hex, value = await gw.run(
+            copy_data_checked, gw, src, gw.location_for(bucket), 0, int(src["size"]), algorithm
+        )
+        return src, src_version, location, md5_hex, value
 
-    src, src_version, location, md5_hex = await retry_vanished(copied)
+    src, src_version, location, md5_hex, checksum = await retry_vanished(copied)
     if directive == "REPLACE":
         umeta, ctype, sys_h = user_metadata(req.headers), req.headers.get("content-type"), system_headers(req.headers)
     else:
@@ -592,7 +612,9 @@ async def copy_object(gw: Gateway, req: Request, p: Principal, ctx: Any) -> Resp
         bucket, req.key, size=location.size, etag=md5_hex, location=[location.to_json()],
         headers=req.headers, tags=tags, content_type=ctype, user_meta=umeta, sys_headers=sys_h,
     )
-    if src.get("checksum") and src["checksum"].get("type") == "FULL_OBJECT":
+    if algorithm is not None and checksum is not None:
+        meta["checksum"] = {"algorithm": algorithm, "value": checksum, "type": "FULL_OBJECT"}
+    elif src.get("checksum") and src["checksum"].get("type") == "FULL_OBJECT":
         meta["checksum"] = dict(src["checksum"])
     await commit_version(gw, meta, [location], write_precondition(req.headers))
     headers = _write_headers(bucket, meta, null_version=True)

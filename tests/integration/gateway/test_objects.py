@@ -97,6 +97,29 @@ def test_checksum_mode_and_algorithms(s3: Any, bucket: str) -> None:
         assert g[f"Checksum{alg}"] == r[f"Checksum{alg}"]
 
 
+def test_a_copy_gets_the_checksum_algorithm_it_asks_for(s3: Any, bucket: str) -> None:
+    """CopyObject with x-amz-checksum-algorithm computes that checksum of the copy (how S3
+    changes an object's algorithm, in place too); it kept the source's, or none. An
+    unknown algorithm is refused and copies nothing."""
+    body = b"copy my checksum" * 1000
+    s3.put_object(Bucket=bucket, Key="src", Body=body, ChecksumAlgorithm="CRC32")
+    expected = base64.b64encode(hashlib.sha256(body).digest()).decode()
+    r = s3.copy_object(Bucket=bucket, Key="dst", CopySource={"Bucket": bucket, "Key": "src"},
+                       ChecksumAlgorithm="SHA256")
+    assert r["CopyObjectResult"]["ChecksumSHA256"] == expected
+    head = s3.head_object(Bucket=bucket, Key="dst", ChecksumMode="ENABLED")
+    assert head["ChecksumSHA256"] == expected and "ChecksumCRC32" not in head
+    # in place: the same object with another algorithm
+    s3.copy_object(Bucket=bucket, Key="src", CopySource={"Bucket": bucket, "Key": "src"},
+                   ChecksumAlgorithm="CRC64NVME")
+    g = s3.get_object(Bucket=bucket, Key="src", ChecksumMode="ENABLED")
+    assert g["Body"].read() == body and g["ChecksumCRC64NVME"]  # botocore verified it
+    r = signed("PUT", f"{s3.meta.endpoint_url}/{bucket}/nope",
+               headers={"x-amz-copy-source": f"/{bucket}/src", "x-amz-checksum-algorithm": "NOPE"})
+    assert r.status_code == 400 and "<Code>InvalidRequest</Code>" in r.text
+    assert "nope" not in [o["Key"] for o in s3.list_objects_v2(Bucket=bucket)["Contents"]]
+
+
 def test_bad_content_md5_is_refused_and_changes_nothing(s3: Any, bucket: str) -> None:
     wrong = base64.b64encode(hashlib.md5(b"other").digest()).decode()
     with pytest.raises(botocore.exceptions.ClientError) as exc:
