@@ -14,14 +14,23 @@ is all a foreign S3 endpoint offers. What differs from a crossbeat destination:
 - REPLICA is recorded as user metadata `crossbeat-replication-status: REPLICA` (with
   `crossbeat-source-version-id`), since S3 has no way to set x-amz-replication-status;
 - a redelivered version is detected only against the current object (HEAD), so a version
-  redelivered after a newer one was written is written again as a new version.
+  redelivered after a newer one was written is written again as a new version;
+- a user metadata value or a stored header (Content-Type, Cache-Control, ...) that is not
+  ASCII travels as one RFC 2047 encoded word (`=?UTF-8?B?...?=`), the form S3 reads and
+  returns non-ASCII metadata in: S3 stores the text, a destination that does not decode
+  it (crossbeat) stores the encoded word;
+- the replica's storage class is the source version's own (crossbeat's rule StorageClass
+  names sites, not a class); a class the destination refuses (InvalidStorageClass) is left
+  out, and the replica gets the destination's default class.
 """
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import copy
 import hashlib
+import logging
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Protocol, TypeVar
@@ -35,6 +44,7 @@ from crossbeat.extensions.replication.status import REPLICA
 
 T = TypeVar("T")
 
+log = logging.getLogger(__name__)
 SMALL_VERSION_BYTES = 1024 * 1024
 
 
@@ -216,6 +226,16 @@ class CrossbeatDestination:
         self.client.close()
 
 
+def _check_size(md: dict[str, Any], read: int) -> None:
+    """A retryable ReplicationError unless `read` bytes are the size of version `md`: a
+    source read cut short, or one that decoded the object's Content-Encoding, would
+    otherwise be written as the replica."""
+    size = int(md.get("size") or 0)
+    if read != size:
+        raise ReplicationError(f"{md['bucket']}/{md['key']}: read {read} bytes at the source, "
+                               f"expected {size}", retryable=True)
+
+
 def _sizes(locations: list[dict[str, Any]]) -> Iterator[int]:
     return (int(loc.get("size") or 0) for loc in locations)
 
@@ -224,6 +244,59 @@ def _counting(stream: Iterable[bytes], digest: Any) -> Iterator[bytes]:
     for chunk in stream:
         digest.update(chunk)
         yield chunk
+
+
+# The headers a crossbeat version keeps in its `systemHeaders` (crossbeat.s3.objectmeta's
+# SYSTEM_HEADERS) that S3 keeps with an object, and AWS's replication copies to the replica.
+# Listed rather than all of systemHeaders: a header the gateway comes to store is sent on
+# once someone has checked that a foreign endpoint takes it on PutObject.
+STORED_HEADERS = (
+    "cache-control",
+    "content-disposition",
+    "content-encoding",
+    "content-language",
+    "expires",
+    "x-amz-website-redirect-location",
+)
+STORAGE_CLASS = "x-amz-storage-class"
+# boto3 builds a request's headers from typed parameters. Expires is a timestamp there, so
+# an Expires that S3 kept as it was sent ("0", any text; boto3 reads it as ExpiresString)
+# would be rewritten, or refused before leaving. The stored headers are passed to a call in
+# this parameter instead: the handlers below take it out before boto3 validates the others
+# and add it, as given, to the request before it is signed.
+_RAW_HEADERS = "CrossbeatHeaders"
+_RAW_HEADER_CALLS = ("PutObject", "CreateMultipartUpload")
+
+
+def _take_raw_headers(params: dict[str, Any], context: dict[str, Any], **_: Any) -> None:
+    context[_RAW_HEADERS] = params.pop(_RAW_HEADERS, None) or {}
+
+
+def _add_raw_headers(params: dict[str, Any], context: dict[str, Any], **_: Any) -> None:
+    params["headers"].update(context.get(_RAW_HEADERS) or {})
+
+
+def header_text(value: str) -> str:
+    """The text a stored header value stands for. Header bytes that are not ASCII are kept
+    one character per byte (latin-1, as the gateway reads them); when those bytes are UTF-8
+    they are read as UTF-8, which is what a client sending them meant. Any other value (a
+    POST form's field, text already) is the text it is."""
+    if value.isascii():
+        return value
+    try:
+        return value.encode("latin-1").decode("utf-8")
+    except UnicodeError:
+        return value
+
+
+def ascii_header(value: str) -> str:
+    """`value` as an S3 request can carry it: ASCII as it is, other text (see `header_text`)
+    as one RFC 2047 encoded word of its UTF-8, `=?UTF-8?B?...?=`, as S3 represents non-ASCII
+    metadata. Unfolded: a header value holds no line break."""
+    if value.isascii():
+        return value
+    raw = header_text(value).encode("utf-8", "surrogateescape")
+    return f"=?UTF-8?B?{base64.b64encode(raw).decode()}?="
 
 
 class S3Destination:
@@ -247,10 +320,21 @@ class S3Destination:
                 response_checksum_validation="when_required",
             ),
         )
+        for call in _RAW_HEADER_CALLS:
+            self.client.meta.events.register(f"before-parameter-build.s3.{call}", _take_raw_headers)
+            self.client.meta.events.register(f"before-call.s3.{call}", _add_raw_headers)
         self.threshold = threshold
         self.part_size = part_size
+        # (bucket, storage class) the destination answered InvalidStorageClass to: not asked
+        # again, each version would cost a refused request (for the life of the process)
+        self._refused_classes: set[tuple[str, str]] = set()
 
     def replicate(self, md: dict[str, Any], source: GatewayClient) -> str:
+        """Write version `md` as a new version at the destination; its versionId there.
+
+        Besides the bytes, the replica gets the version's Content-Type, stored headers
+        (`STORED_HEADERS`, as stored), storage class, user metadata (with the REPLICA
+        markers) and tags; values that are not ASCII as `ascii_header` encodes them."""
         return self._call(lambda: self._replicate(md, source))
 
     def ping(self) -> None:
@@ -258,7 +342,12 @@ class S3Destination:
 
     @staticmethod
     def _call(fn: Callable[[], T]) -> T:
-        from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError
+        from botocore.exceptions import (
+            BotoCoreError,
+            ClientError,
+            HTTPClientError,
+            ParamValidationError,
+        )
         from botocore.exceptions import ConnectionError as BotoConnectionError
 
         try:
@@ -266,6 +355,11 @@ class S3Destination:
         except ClientError as exc:
             status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 500))
             raise http_error("s3 destination", status, str(exc)) from exc
+        except (ParamValidationError, UnicodeError) as exc:
+            # boto3 would not build the request from this version: nothing was sent, and
+            # the same version fails the same way however often it is tried
+            raise ReplicationError(f"s3 destination: the version cannot be sent as an S3 "
+                                   f"request: {exc}", retryable=False) from exc
         except BotoCoreError as exc:
             # refused, timed out, cut off: the site, not this request, is the trouble
             unavailable = isinstance(exc, (BotoConnectionError, HTTPClientError))
@@ -282,32 +376,25 @@ class S3Destination:
             "crossbeat-source-version-id"
         ) == version_id:
             return str(current.get("VersionId") or "")
-        extra: dict[str, Any] = {
-            "Metadata": {
-                **(md.get("userMetadata") or {}),
-                "crossbeat-replication-status": REPLICA,
-                "crossbeat-source-version-id": version_id,
-            },
-        }
-        if md.get("contentType"):
-            extra["ContentType"] = md["contentType"]
-        if md.get("tags"):
-            extra["Tagging"] = urlencode(md["tags"])
+        extra = self._object_params(md)
         size = int(md.get("size") or 0)
         with source.get_object(bucket, key, version_id) as stream:
             if size <= self.threshold:
                 body = b"".join(stream)
-                out = self.client.put_object(Bucket=bucket, Key=key, Body=body, **extra)
+                _check_size(md, len(body))
+                out = self._create(self.client.put_object, bucket, key, extra, Body=body)
                 return str(out.get("VersionId") or "")
-            upload = self.client.create_multipart_upload(Bucket=bucket, Key=key, **extra)
+            upload = self._create(self.client.create_multipart_upload, bucket, key, extra)
             upload_id = upload["UploadId"]
             try:
-                parts = []
+                parts, read = [], 0
                 for number, part in enumerate(_exact_chunks(stream, self.part_size), start=1):
+                    read += len(part)
                     done = self.client.upload_part(
                         Bucket=bucket, Key=key, UploadId=upload_id, PartNumber=number, Body=part
                     )
                     parts.append({"PartNumber": number, "ETag": done["ETag"]})
+                _check_size(md, read)
                 out = self.client.complete_multipart_upload(
                     Bucket=bucket, Key=key, UploadId=upload_id, MultipartUpload={"Parts": parts}
                 )
@@ -315,6 +402,58 @@ class S3Destination:
                 self.client.abort_multipart_upload(Bucket=bucket, Key=key, UploadId=upload_id)
                 raise
             return str(out.get("VersionId") or "")
+
+    @staticmethod
+    def _object_params(md: dict[str, Any]) -> dict[str, Any]:
+        """The parameters of the call that creates the replica of `md` (PutObject or
+        CreateMultipartUpload), besides Bucket, Key and Body."""
+        stored = md.get("systemHeaders") or {}
+        headers = {name: ascii_header(stored[name]) for name in STORED_HEADERS if stored.get(name)}
+        # The version's own class, never replicationInfo's storageClass: in crossbeat a
+        # rule's StorageClass names the destination sites ("b,c"), which no S3 endpoint
+        # takes as a class. STANDARD is not stored, and is every endpoint's default.
+        if stored.get(STORAGE_CLASS):
+            headers[STORAGE_CLASS] = stored[STORAGE_CLASS]
+        extra: dict[str, Any] = {
+            "Metadata": {
+                **{name: ascii_header(value) for name, value in (md.get("userMetadata") or {}).items()},
+                "crossbeat-replication-status": REPLICA,
+                "crossbeat-source-version-id": md["versionId"],
+            },
+            _RAW_HEADERS: headers,
+        }
+        if md.get("contentType"):
+            extra["ContentType"] = ascii_header(md["contentType"])
+        if md.get("tags"):
+            extra["Tagging"] = urlencode(md["tags"])
+        return extra
+
+    def _create(
+        self, call: Callable[..., dict[str, Any]], bucket: str, key: str, extra: dict[str, Any],
+        **more: Any,
+    ) -> dict[str, Any]:
+        """`call` (put_object or create_multipart_upload) with `extra`; again without the
+        storage class if the destination refuses that class, as an endpoint with fewer
+        classes than AWS does (MinIO without tiers, a Ceph zone without that placement).
+        The class is only a label at the source: a replica in the destination's default
+        class beats none."""
+        from botocore.exceptions import ClientError
+
+        headers: dict[str, str] = extra[_RAW_HEADERS]
+        storage_class = headers.get(STORAGE_CLASS)
+        if storage_class is not None and (bucket, storage_class) in self._refused_classes:
+            headers = {k: v for k, v in headers.items() if k != STORAGE_CLASS}
+            storage_class = None
+        try:
+            return call(Bucket=bucket, Key=key, **{**extra, _RAW_HEADERS: headers}, **more)
+        except ClientError as exc:
+            if storage_class is None or exc.response.get("Error", {}).get("Code") != "InvalidStorageClass":
+                raise
+            log.warning("s3 destination: bucket %s refuses storage class %s; its replicas "
+                        "there get the default class", bucket, storage_class)
+            self._refused_classes.add((bucket, storage_class))
+        headers = {k: v for k, v in headers.items() if k != STORAGE_CLASS}
+        return call(Bucket=bucket, Key=key, **{**extra, _RAW_HEADERS: headers}, **more)
 
     def _head(self, bucket: str, key: str) -> dict[str, Any] | None:
         from botocore.exceptions import ClientError

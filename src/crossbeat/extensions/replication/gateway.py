@@ -103,7 +103,9 @@ class GatewayClient:
                 # urllib3 sends any buffer (a memoryview too) as one chunk; its stubs list
                 # only bytes, file objects and iterables.
                 method, url, body=cast(Any, body), headers=hdrs, preload_content=not stream,
-                redirect=False,
+                # an object stored with Content-Encoding: gzip is those bytes: urllib3 would
+                # decompress them, and the replica would hold other bytes than the source
+                redirect=False, decode_content=False,
             )
         except urllib3.exceptions.HTTPError as exc:
             # refused, timed out, cut off: the endpoint, not this request, is the trouble
