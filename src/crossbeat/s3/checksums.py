@@ -2,6 +2,7 @@
 
 A checksum value on the wire (`x-amz-checksum-<alg>` header or trailer, `<ChecksumCRC32>` in
 XML) is the base64 of the big-endian digest. `new_hasher` gives a streaming hasher;
+`upload_checksum` checks the algorithm and type a multipart upload is created with;
 `combine_parts` gives a multipart upload's object checksum from its parts' checksums.
 
 Implementations: `zlib.crc32`, the `crc32c` package (hardware CRC32C),
@@ -36,6 +37,7 @@ DIGEST_SIZES: dict[str, int] = {
 
 COMPOSITE = "COMPOSITE"
 FULL_OBJECT = "FULL_OBJECT"
+CHECKSUM_TYPES = (COMPOSITE, FULL_OBJECT)
 
 # checksum header names that are not checksum values
 NON_VALUE_HEADERS = frozenset(
@@ -185,6 +187,53 @@ def decode_value(algorithm: str, value_b64: str) -> bytes:
     return raw
 
 
+def default_type(algorithm: str) -> str:
+    """The type of a multipart object's checksum when its upload named none: FULL_OBJECT for
+    CRC64NVME (the only one it can have), COMPOSITE for the others."""
+    return FULL_OBJECT if normalize_algorithm(algorithm) == "CRC64NVME" else COMPOSITE
+
+
+def check_type(algorithm: str, checksum_type: str) -> None:
+    """InvalidRequest, in S3's words, unless a multipart object's checksum of `algorithm`
+    can be of `checksum_type` (both normalized): FULL_OBJECT only for the CRCs (only they
+    combine from their parts' values), COMPOSITE for all but CRC64NVME."""
+    if checksum_type not in CHECKSUM_TYPES:
+        raise S3Error("InvalidRequest", "Value for x-amz-checksum-type header is invalid.")
+    if checksum_type == FULL_OBJECT:
+        possible = algorithm in _CRC_FUNCTIONS
+    else:
+        possible = algorithm != "CRC64NVME"
+    if not possible:
+        raise S3Error(
+            "InvalidRequest",
+            f"The {checksum_type} checksum type cannot be used with the {algorithm.lower()} checksum algorithm.",
+        )
+
+
+def upload_checksum(algorithm: str | None, checksum_type: str | None) -> tuple[str | None, str | None]:
+    """CreateMultipartUpload's `x-amz-checksum-algorithm` and `x-amz-checksum-type` (None or
+    "" when not sent, any case) → the upload's `(algorithm, type)`, the type defaulted
+    (`default_type`); `(None, None)` when neither is sent.
+
+    Refused there with S3's InvalidRequest, not at Complete once every part was sent: an
+    unknown algorithm or type, a type without an algorithm, a type the algorithm cannot
+    have (`check_type`)."""
+    kind = (checksum_type or "").strip().upper() or None
+    if kind is not None and kind not in CHECKSUM_TYPES:
+        raise S3Error("InvalidRequest", "Value for x-amz-checksum-type header is invalid.")
+    if not algorithm:
+        if kind is not None:
+            raise S3Error(
+                "InvalidRequest",
+                "The x-amz-checksum-type header can only be used with the x-amz-checksum-algorithm header.",
+            )
+        return None, None
+    alg = normalize_algorithm(algorithm)
+    kind = kind or default_type(alg)
+    check_type(alg, kind)
+    return alg, kind
+
+
 def combine_parts(
     algorithm: str,
     part_values_b64: list[str],
@@ -199,20 +248,11 @@ def combine_parts(
     - `FULL_OBJECT` (default and only choice for CRC64NVME; allowed for the CRCs): the CRC of
       the whole object, combined from part CRCs and part sizes with awscrt's `combine_*`
       (zlib-style crc_combine; no data is re-read). No `-N` suffix.
-    A type the algorithm does not support is `InvalidRequest`.
+    A type the algorithm does not support is `InvalidRequest` (see `check_type`).
     """
     alg = normalize_algorithm(algorithm)
-    if checksum_type is None:
-        checksum_type = FULL_OBJECT if alg == "CRC64NVME" else COMPOSITE
-    checksum_type = checksum_type.upper()
-    if checksum_type not in (COMPOSITE, FULL_OBJECT):
-        raise S3Error("InvalidRequest", f"Checksum type {checksum_type!r} is not supported.")
-    if checksum_type == FULL_OBJECT and alg not in _CRC_FUNCTIONS:
-        raise S3Error("InvalidRequest", f"The FULL_OBJECT checksum type cannot be used with {alg}.")
-    if checksum_type == COMPOSITE and alg == "CRC64NVME":
-        raise S3Error(
-            "InvalidRequest", "The COMPOSITE checksum type cannot be used with CRC64NVME."
-        )
+    checksum_type = checksum_type.upper() if checksum_type else default_type(alg)
+    check_type(alg, checksum_type)
     if len(part_values_b64) != len(part_sizes):
         raise ValueError("part_values_b64 and part_sizes differ in length")
     digests = [decode_value(alg, v) for v in part_values_b64]

@@ -25,6 +25,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from crossbeat.s3.checksums import default_type
 from crossbeat.s3.errors import S3Error
 from crossbeat.s3.objectmeta import storage_class
 from crossbeat.s3.version_check import check_version_id_arg
@@ -530,4 +531,7 @@ def list_parts(
         owner_name=owner_name,
         storage_class=storage_class(meta),
         checksum_algorithm=meta.get("checksumAlgorithm"),
+        # (uploads made before their type was kept have their algorithm's default)
+        checksum_type=meta.get("checksumType") or (
+            default_type(meta["checksumAlgorithm"]) if meta.get("checksumAlgorithm") else None),
     )

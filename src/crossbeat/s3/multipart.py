@@ -2,6 +2,10 @@
 
 Completing concatenates the parts' data locations into the new version's `location[]`
 (no data is copied); `parts` keeps each part's size for GET ?partNumber=.
+
+An upload created with a checksum algorithm gives every part that algorithm's checksum
+(verified when the client sent it, computed when it did not, also for a copied part), so
+its object gets the checksum, of the upload's type, that the upload was created with.
 """
 
 from __future__ import annotations
@@ -15,10 +19,11 @@ from urllib.parse import quote
 from crossbeat.metadata import Bucket
 from crossbeat.metadata.errors import NoSuchUpload, PartReplaced
 from crossbeat.metadata.ids import new_upload_id
-from crossbeat.repositories import Location
+from crossbeat.repositories import Location, Repository
 from crossbeat.s3 import checksums, listing, xmldoc
 from crossbeat.s3.auth import Principal
-from crossbeat.s3.datapath import read_document, write_body
+from crossbeat.s3.body import BodyDecoder
+from crossbeat.s3.datapath import Written, read_document, write_body, write_stream
 from crossbeat.s3.errors import S3Error
 from crossbeat.s3.http import Request, Response, xml_response
 from crossbeat.s3.lifecycle_config import abort_headers
@@ -33,7 +38,7 @@ from crossbeat.s3.objectmeta import (
 from crossbeat.s3.objects import (
     add_expiration,
     commit_version,
-    copy_data,
+    copy_data_checked,
     copy_source,
     new_meta,
     refuse_unsupported_writes,
@@ -51,9 +56,9 @@ async def create_upload(gw: Gateway, req: Request, p: Principal, ctx: Any) -> Re
     await gw.bucket(req.bucket, p)
     refuse_unsupported_writes(req.headers)
     await read_document(req, ctx)
-    algorithm = req.headers.get("x-amz-checksum-algorithm")
-    if algorithm and algorithm.upper() not in checksums.ALGORITHMS:
-        raise S3Error("InvalidRequest", f"Checksum algorithm {algorithm!r} is not supported")
+    algorithm, checksum_type = checksums.upload_checksum(
+        req.headers.get("x-amz-checksum-algorithm"), req.headers.get("x-amz-checksum-type")
+    )
     upload_id = new_upload_id()
     upload = {
         "uploadId": upload_id,
@@ -66,8 +71,8 @@ async def create_upload(gw: Gateway, req: Request, p: Principal, ctx: Any) -> Re
             "userMetadata": user_metadata(req.headers),
             "systemHeaders": system_headers(req.headers),
             "tags": xmldoc.parse_tagging_header(req.headers.get("x-amz-tagging")),
-            "checksumAlgorithm": algorithm.upper() if algorithm else None,
-            "checksumType": (req.headers.get("x-amz-checksum-type") or "").upper() or None,
+            "checksumAlgorithm": algorithm,
+            "checksumType": checksum_type,
             # the Initiator and Owner of ListParts and ListMultipartUploads
             "owner": p.access_key,
             "ownerDisplayName": p.display_name,
@@ -75,8 +80,9 @@ async def create_upload(gw: Gateway, req: Request, p: Principal, ctx: Any) -> Re
     }
     await gw.run(gw.store.create_upload, upload)
     headers = _abort_headers(gw, upload)
-    if algorithm:
-        headers["x-amz-checksum-algorithm"] = algorithm.upper()
+    if algorithm and checksum_type:
+        headers["x-amz-checksum-algorithm"] = algorithm
+        headers["x-amz-checksum-type"] = checksum_type
     return xml_response(xmldoc.initiate_upload_xml(req.bucket, req.key, upload_id), headers=headers)
 
 
@@ -118,7 +124,7 @@ async def upload_part(gw: Gateway, req: Request, p: Principal, ctx: Any) -> Resp
     refuse_encryption(req.headers)
     number = _part_number(req)
     upload = await _upload(gw, req)
-    written, _ = await write_body(gw, req, ctx, gw.location_for(bucket))
+    written = await _write_part(gw, req, ctx, gw.location_for(bucket), upload["meta"].get("checksumAlgorithm"))
     cs = written.checksums
     part = {
         "partNumber": number,
@@ -132,6 +138,29 @@ async def upload_part(gw: Gateway, req: Request, p: Principal, ctx: Any) -> Resp
     headers = {"etag": quoted(written.md5_hex)}
     headers.update(cs.headers())
     return Response(headers=headers)
+
+
+async def _write_part(gw: Gateway, req: Request, ctx: Any, repo: Repository, algorithm: str | None) -> Written:
+    """Decode, verify and store an UploadPart's body. In an upload created with checksum
+    `algorithm` the part gets that algorithm's checksum: verified if the client sent one,
+    else computed as the body arrives. A checksum of another algorithm is S3's
+    InvalidRequest, before any byte is read: the object could never get its checksum."""
+    if not algorithm:
+        written, _ = await write_body(gw, req, ctx, repo)
+        return written
+    decoder = BodyDecoder(ctx, req.headers, default_algorithm=algorithm)
+    if decoder.algorithm != algorithm:
+        raise S3Error(
+            "InvalidRequest",
+            f"Checksum Type mismatch occurred, expected checksum Type: {algorithm.lower()}, "
+            f"actual checksum Type: {str(decoder.algorithm).lower()}",
+        )
+    if decoder.decoded_length is not None and decoder.decoded_length > gw.settings.max_object_bytes:
+        raise S3Error("EntityTooLarge")
+    # streamed whatever its size: write_body takes no default algorithm, and its shortcuts
+    # for small bodies matter little to parts (all but the last are 5 MiB or more)
+    written, _ = await write_stream(gw, req.body_chunks(), decoder, repo)
+    return written
 
 
 def parse_copy_source_range(value: str, size: int) -> tuple[int, int]:
@@ -157,30 +186,34 @@ async def upload_part_copy(gw: Gateway, req: Request, p: Principal, ctx: Any) ->
     number = _part_number(req)
     upload = await _upload(gw, req)
     await read_document(req, ctx)
+    algorithm = upload["meta"].get("checksumAlgorithm")
 
-    async def copied() -> tuple[dict[str, Any], Location, str]:
+    async def copied() -> tuple[dict[str, Any], Location, str, str | None]:
         src, _ = await copy_source(gw, req, p)
         size = int(src["size"])
         copy_range = req.headers.get("x-amz-copy-source-range")
         start, end = parse_copy_source_range(copy_range, size) if copy_range is not None else (0, size)
-        location, md5_hex = await gw.run(copy_data, gw, src, gw.location_for(bucket), start, end)
-        return src, location, md5_hex
+        location, md5_hex, checksum = await gw.run(
+            copy_data_checked, gw, src, gw.location_for(bucket), start, end, algorithm
+        )
+        return src, location, md5_hex, checksum
 
-    src, location, md5_hex = await retry_vanished(copied)
+    src, location, md5_hex, checksum = await retry_vanished(copied)
     modified = iso_now()
     part = {
         "partNumber": number,
         "etag": md5_hex,
         "size": location.size,
         "location": [location.to_json()],
-        "checksums": {},
+        "checksums": {algorithm: checksum} if algorithm and checksum else {},
         "lastModified": modified,
     }
     await _store_part(gw, upload["uploadId"], part)
     headers = {}
     if src.get("versionId") != "null":
         headers["x-amz-copy-source-version-id"] = src["versionId"]
-    return xml_response(xmldoc.copy_part_result_xml(md5_hex, modified, {}), headers=headers)
+    shown = {algorithm.lower(): checksum} if algorithm and checksum else {}
+    return xml_response(xmldoc.copy_part_result_xml(md5_hex, modified, shown), headers=headers)
 
 
 async def _all_parts(gw: Gateway, upload_id: str) -> dict[int, dict[str, Any]]:
@@ -227,19 +260,24 @@ async def complete_upload(gw: Gateway, req: Request, p: Principal, ctx: Any) -> 
     )
     meta["parts"] = [int(c["size"]) for c in chosen]
     meta["uploadId"] = upload_id  # a repeated Complete finds what this one made
-    algorithm = um.get("checksumAlgorithm")
-    if algorithm and all(c.get("checksums", {}).get(algorithm) for c in chosen):
-        for item, part in zip(requested, chosen, strict=True):
-            sent = item.checksums.get(algorithm) or item.checksums.get(algorithm.lower())
-            if sent and sent != part["checksums"][algorithm]:
+    if algorithm := um.get("checksumAlgorithm"):
+        # Every part of an upload with an algorithm has its checksum (UploadPart and
+        # UploadPartCopy compute what the client did not send); only a part stored before
+        # they did can lack it, and its object then has none. A Complete may leave the part
+        # checksums out (the stored ones are what counts); one it names must match.
+        kept = [(c.get("checksums") or {}).get(algorithm) for c in chosen]
+        for item, kept_value in zip(requested, kept, strict=True):
+            sent = item.checksums.get(algorithm.lower())
+            if sent and kept_value and sent != kept_value:
                 raise S3Error("InvalidPart", f"checksum of part {item.part_number} does not match",
                               extra={"PartNumber": str(item.part_number)})
-        value, combined_type = checksums.combine_parts(
-            algorithm, [c["checksums"][algorithm] for c in chosen], [int(c["size"]) for c in chosen],
-            um.get("checksumType"),
-        )
-        meta["checksum"] = {"algorithm": algorithm, "value": value, "type": combined_type}
-        meta["partChecksums"] = [c["checksums"][algorithm] for c in chosen]  # GetObjectAttributes
+        if all(kept):
+            part_values = [str(v) for v in kept]
+            value, combined_type = checksums.combine_parts(
+                algorithm, part_values, [int(c["size"]) for c in chosen], um.get("checksumType"),
+            )
+            meta["checksum"] = {"algorithm": algorithm, "value": value, "type": combined_type}
+            meta["partChecksums"] = part_values  # GetObjectAttributes
     _check_object_checksum(req.headers, meta.get("checksum"))
     try:
         displaced, unused = await gw.run(

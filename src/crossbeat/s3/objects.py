@@ -375,11 +375,14 @@ def _prepare_get(
             headers[header] = req.query[param]
     status = 200
     start, end = 0, size
+    checksum_mode = req.headers.get("x-amz-checksum-mode", "").upper() == "ENABLED"
     if rng is not None:
         start, end = rng
         status = 206
         headers["content-range"] = f"bytes {start}-{end - 1}/{size}"
-    elif req.headers.get("x-amz-checksum-mode", "").upper() == "ENABLED":
+    if checksum_mode and part_number is not None:
+        headers.update(_part_checksum_headers(meta, part_number))
+    elif checksum_mode and rng is None:  # (a range has no checksum of its own, as on S3)
         headers.update(checksum_headers(meta))
     headers["content-length"] = str(end - start)
     data = None
@@ -408,6 +411,21 @@ async def _get_object(gw: Gateway, req: Request, head: bool) -> Response:
         return Response(status=status, headers=headers, body=data)
     stream = await open_read(gw, meta, start, end)
     return Response(status=status, headers=headers, stream=stream)
+
+
+def _part_checksum_headers(meta: dict[str, Any], part_number: str) -> dict[str, str]:
+    """The checksum of part `part_number` (validated by `_part_range`), as S3 answers a GET
+    of a part in checksum mode: the part's own for an object uploaded in parts with one for
+    each part, the object's for an object in one part (its part 1); none otherwise."""
+    cs = meta.get("checksum")
+    parts = meta.get("parts")
+    if not cs or not parts:
+        return checksum_headers(meta)
+    values = meta.get("partChecksums") or []
+    n = int(part_number)
+    if len(values) != len(parts) or not 1 <= n <= len(values):
+        return {}
+    return {f"x-amz-checksum-{cs['algorithm'].lower()}": values[n - 1]}
 
 
 def _part_range(meta: dict[str, Any], part_number: str) -> tuple[int, int] | None:

@@ -28,6 +28,7 @@ from crossbeat.s3.checksums import (
     decode_value,
     header_name,
     new_hasher,
+    upload_checksum,
 )
 from crossbeat.s3.errors import S3Error
 
@@ -163,3 +164,48 @@ def test_unsupported_combination_is_invalid_request(algorithm: str, kind: str) -
     with pytest.raises(S3Error) as e:
         combine_parts(algorithm, values, [1, 2], kind)
     assert e.value.code == "InvalidRequest"
+
+
+@pytest.mark.parametrize(
+    ("algorithm", "kind", "expected"),
+    [
+        (None, None, (None, None)),
+        ("", "", (None, None)),
+        ("crc32", None, ("CRC32", COMPOSITE)),
+        ("CRC32", "", ("CRC32", COMPOSITE)),
+        ("CRC32", "full_object", ("CRC32", FULL_OBJECT)),
+        ("CRC64NVME", None, ("CRC64NVME", FULL_OBJECT)),
+        ("SHA256", "COMPOSITE", ("SHA256", COMPOSITE)),
+        ("XXHASH128", None, ("XXHASH128", COMPOSITE)),
+    ],
+)
+def test_an_upload_gets_the_type_asked_for_else_its_algorithms_default(
+    algorithm: str | None, kind: str | None, expected: tuple[str | None, str | None]
+) -> None:
+    assert upload_checksum(algorithm, kind) == expected
+
+
+@pytest.mark.parametrize(
+    ("algorithm", "kind", "message"),
+    [
+        ("CRC64NVME", "COMPOSITE", "The COMPOSITE checksum type cannot be used with the crc64nvme checksum algorithm."),
+        ("SHA1", "FULL_OBJECT", "The FULL_OBJECT checksum type cannot be used with the sha1 checksum algorithm."),
+        ("SHA512", "FULL_OBJECT", "The FULL_OBJECT checksum type cannot be used with the sha512 checksum algorithm."),
+        ("XXHASH3", "FULL_OBJECT", "The FULL_OBJECT checksum type cannot be used with the xxhash3 checksum algorithm."),
+        ("CRC32", "BOGUS", "Value for x-amz-checksum-type header is invalid."),
+        (None, "COMPOSITE", "The x-amz-checksum-type header can only be used with the x-amz-checksum-algorithm header."),
+        ("CRC16", None, "Checksum algorithm 'CRC16' is not supported."),
+    ],
+)
+def test_an_upload_is_refused_what_s3_refuses(algorithm: str | None, kind: str | None, message: str) -> None:
+    """S3's InvalidRequest and its words, at CreateMultipartUpload."""
+    with pytest.raises(S3Error) as e:
+        upload_checksum(algorithm, kind)
+    assert (e.value.code, e.value.message) == ("InvalidRequest", message)
+
+
+def test_a_combination_refused_at_create_is_refused_in_the_same_words_at_complete() -> None:
+    _datas, values = _parts("SHA256", [1, 2])
+    with pytest.raises(S3Error) as e:
+        combine_parts("SHA256", values, [1, 2], FULL_OBJECT)
+    assert e.value.message == "The FULL_OBJECT checksum type cannot be used with the sha256 checksum algorithm."

@@ -282,6 +282,53 @@ def test_list_parts_and_uploads_xml() -> None:
     assert root.findtext(N + "EncodingType") == "url"
 
 
+def test_checksum_elements_are_botocores_for_every_accepted_algorithm() -> None:
+    """Every algorithm the gateway takes renders and parses under the name botocore's S3
+    model gives it, in each document that carries part or object checksums."""
+    import botocore.session
+
+    from crossbeat.s3.checksums import ALGORITHMS
+
+    model = botocore.session.get_session().get_service_model("s3")
+    assert set(xmldoc.CHECKSUM_ELEMENTS) == {a.lower() for a in ALGORITHMS}
+    for shape in ("Part", "CompletedPart", "CopyPartResult", "CopyObjectResult", "Checksum", "ObjectPart"):
+        members = {n for n in model.shape_for(shape).members if n.startswith("Checksum") and n != "ChecksumType"}
+        assert members == set(xmldoc.CHECKSUM_ELEMENTS.values()), shape
+
+
+def test_parse_complete_upload_reads_every_algorithms_part_checksum() -> None:
+    values = {alg: f"v-{alg}" for alg in xmldoc.CHECKSUM_ELEMENTS}
+    elements = "".join(f"<{xmldoc.CHECKSUM_ELEMENTS[alg]}>{v}</{xmldoc.CHECKSUM_ELEMENTS[alg]}>" for alg, v in values.items())
+    body = f"<CompleteMultipartUpload><Part><PartNumber>1</PartNumber><ETag>e</ETag>{elements}</Part></CompleteMultipartUpload>"
+    assert xmldoc.parse_complete_upload(body)[0].checksums == values
+    assert parse(xmldoc.copy_part_result_xml("e", 0, {"sha512": "s"})).findtext(N + "ChecksumSHA512") == "s"
+
+
+def test_list_parts_and_uploads_name_the_checksum_type() -> None:
+    root = parse(xmldoc.list_parts_xml(
+        bucket="b", key="k", upload_id="u", parts=[], part_number_marker=0, next_part_number_marker=0,
+        max_parts=1000, is_truncated=False, checksum_algorithm="CRC32", checksum_type="FULL_OBJECT",
+    ))
+    assert (root.findtext(N + "ChecksumAlgorithm"), root.findtext(N + "ChecksumType")) == ("CRC32", "FULL_OBJECT")
+    uploads = [
+        {"key": key, "uploadId": key, "initiated": 0, "meta": meta}
+        for key, meta in (
+            ("full", {"checksumAlgorithm": "CRC32", "checksumType": "FULL_OBJECT"}),
+            # an upload made before its type was kept has the algorithm's default
+            ("old-crc64", {"checksumAlgorithm": "CRC64NVME", "checksumType": None}),
+            ("old-sha", {"checksumAlgorithm": "SHA256"}),
+            ("none", {}),
+        )
+    ]
+    root = parse(xmldoc.list_uploads_xml(
+        bucket="b", uploads=uploads, common_prefixes=[], prefix="", delimiter="", key_marker="",
+        upload_id_marker="", next_key_marker=None, next_upload_id_marker=None, max_uploads=1000,
+        is_truncated=False, encode=False,
+    ))
+    listed = {u.findtext(N + "Key"): u.findtext(N + "ChecksumType") for u in root.iter(N + "Upload")}
+    assert listed == {"full": "FULL_OBJECT", "old-crc64": "FULL_OBJECT", "old-sha": "COMPOSITE", "none": None}
+
+
 # -- DeleteObjects ---------------------------------------------------------------------------
 
 
