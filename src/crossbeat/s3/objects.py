@@ -269,7 +269,10 @@ def write_headers(bucket: Bucket, meta: dict[str, Any], written: Written) -> dic
     """The headers answering a new object's write: ETag, the version id unless it is the null
     version, the checksum computed or verified."""
     headers = _write_headers(bucket, meta)
-    headers.update(written.checksums.headers())
+    echoed = written.checksums.headers()
+    if echoed:  # an object written whole: its checksum is of all of it, as S3 says
+        echoed["x-amz-checksum-type"] = "FULL_OBJECT"
+    headers.update(echoed)
     return headers
 
 

@@ -29,6 +29,7 @@ def test_put_get_head_round_trip(s3: Any, bucket: str) -> None:
                       Metadata={"color": "blue"}, CacheControl="max-age=60")
     assert r["ETag"] == f'"{hashlib.md5(body).hexdigest()}"'
     assert r["ChecksumCRC32"] == base64.b64encode(zlib.crc32(body).to_bytes(4, "big")).decode()
+    assert r["ChecksumType"] == "FULL_OBJECT"  # PutObjectOutput's, as S3 answers
     g = s3.get_object(Bucket=bucket, Key="dir/hello world+é.txt")
     assert g["Body"].read() == body
     assert g["ContentType"] == "text/plain"
