@@ -53,9 +53,17 @@ class ProxyRepository(Repository):
 
     def owner(self, data_key: str) -> Repository | None:
         """The backend holding an unlocked manifest for `data_key`, if any."""
-        for backend in self._order:
-            if backend.size(data_key) is not None:
-                return backend
+        found = self._unlocked(data_key)
+        return found[0] if found is not None else None
+
+    def _unlocked(self, data_key: str) -> tuple[Repository, int] | None:
+        """(the backend holding an unlocked manifest for `data_key`, its size), if any: in
+        two passes, as `read` looks (a migration's swap between two backends' answers)."""
+        for _ in range(2):
+            for backend in self._order:
+                size = backend.size(data_key)
+                if size is not None:
+                    return backend, size
         return None
 
     def writer(self, data_key: str | None = None, *, locked: bool = False) -> ObjectWriter:
@@ -68,12 +76,17 @@ class ProxyRepository(Repository):
         return self.preferred.small_writer(data)
 
     def read(self, data_key: str, start: int = 0, end: int | None = None) -> Iterator[bytes]:
-        for backend in self._order:
-            try:
-                stream = backend.read(data_key, start, end)
-            except NoSuchData:
-                continue
-            return self._counted(data_key, stream)
+        # Two passes: a migration unlocks the copy, then locks the original, so one of them
+        # is always readable; but a pass that asked the target while its copy was still
+        # locked and the source once it was locked found neither. The second pass finds
+        # the copy (it stays unlocked); finding nothing twice means the object is gone.
+        for _ in range(2):
+            for backend in self._order:
+                try:
+                    stream = backend.read(data_key, start, end)
+                except NoSuchData:
+                    continue
+                return self._counted(data_key, stream)
         raise NoSuchData(self.name, data_key)
 
     def _counted(self, data_key: str, stream: Iterator[bytes]) -> Iterator[bytes]:
@@ -108,11 +121,8 @@ class ProxyRepository(Repository):
             )
 
     def size(self, data_key: str) -> int | None:
-        for backend in self._order:
-            size = backend.size(data_key)
-            if size is not None:
-                return size
-        return None
+        found = self._unlocked(data_key)
+        return found[1] if found is not None else None
 
     def stat(self, data_key: str) -> ObjectStat | None:
         """The unlocked copy's stat if there is one, else a locked copy's, else None."""
@@ -167,11 +177,8 @@ class ProxyRepository(Repository):
 
     def location(self, data_key: str) -> Location | None:
         """Where reads of `data_key` currently go, naming the backend."""
-        for backend in self._order:
-            size = backend.size(data_key)
-            if size is not None:
-                return Location(backend.name, data_key, size)
-        return None
+        found = self._unlocked(data_key)
+        return Location(found[0].name, data_key, found[1]) if found is not None else None
 
     def close(self) -> None:
         for backend in self.backends.values():
