@@ -37,15 +37,19 @@ def running_gateway(
     extra_args: list[str] | None = None,
     config: str | None = None,
     env: dict[str, str] | None = None,
+    cwd: Path | None = None,
 ) -> Iterator[Service]:
-    """A gateway subprocess on a free port with the test root credentials (and `env`)."""
-    data_dir.mkdir(parents=True, exist_ok=True)
-    cfg = data_dir.parent / f"{data_dir.name}.toml"
+    """A gateway subprocess on a free port with the test root credentials (and `env`); a
+    relative `data_dir` is relative to `cwd`, the gateway's working directory."""
+    where = (cwd or Path.cwd()) / data_dir
+    where.mkdir(parents=True, exist_ok=True)
+    cfg = where.parent / f"{where.name}.toml"
     cfg.write_text(config if config is not None else USERS_TOML)
     args = ["gateway", "--data-dir", str(data_dir), "--listen", "127.0.0.1:0", "--config", str(cfg)]
     svc = start_service(
         args + list(extra_args or []),
         env={"CROSSBEAT_ACCESS_KEY": ROOT_AK, "CROSSBEAT_SECRET_KEY": ROOT_SK, **(env or {})},
+        cwd=cwd,
     )
     try:
         yield svc

@@ -59,7 +59,8 @@ class Service:
 
 
 def start_service(
-    args: Sequence[str], *, env: dict[str, str] | None = None, timeout: float = 60
+    args: Sequence[str], *, env: dict[str, str] | None = None, timeout: float = 60,
+    cwd: Path | None = None,
 ) -> Service:
     """Run `crossbeat ARGS…` and wait (bounded) for its listening line."""
     full_env = dict(os.environ)
@@ -71,6 +72,7 @@ def start_service(
         stderr=subprocess.STDOUT,
         text=True,
         env=full_env,
+        cwd=cwd,
     )
     lines: queue.Queue[str | None] = queue.Queue()
     output: list[str] = []

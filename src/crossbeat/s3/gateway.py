@@ -101,7 +101,9 @@ class Gateway:
     # -- construction -------------------------------------------------------------------
     @classmethod
     def open(cls, settings: GatewaySettings, principals: dict[str, Principal]) -> Gateway:
-        data_dir = Path(settings.data_dir)
+        # absolute: the default repository's root is made from it and then resolved against
+        # it again, which put a relative --data-dir's objects in DIR/DIR/sfs
+        data_dir = Path(settings.data_dir).absolute()
         data_dir.mkdir(parents=True, exist_ok=True)
         store = open_store(
             data_dir / "metadata.sqlite",

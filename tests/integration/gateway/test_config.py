@@ -136,3 +136,18 @@ def test_cleanup_on_start_can_be_turned_off(tmp_path: Path) -> None:
     with running_gateway(data) as gw:
         s3_client(gw.url).list_buckets()
     assert not partial.exists()
+
+
+def test_a_relative_data_dir_holds_the_objects_where_it_says(tmp_path: Path) -> None:
+    """--data-dir data, from the directory above: the objects are in data/sfs, and the same
+    directory named by its absolute path from elsewhere serves them. They were put in
+    data/data/sfs, and the second start refused ('the metadata names 1 objects in
+    repository 'default', which holds none')."""
+    with running_gateway(Path("data"), cwd=tmp_path) as gw:
+        s3 = s3_client(gw.url)
+        s3.create_bucket(Bucket="rel")
+        s3.put_object(Bucket="rel", Key="k", Body=b"where it says")
+    assert len(list((tmp_path / "data" / "sfs").glob("*/*/manifest.json"))) == 1
+    assert not (tmp_path / "data" / "data").exists()
+    with running_gateway(tmp_path / "data") as gw:
+        assert s3_client(gw.url).get_object(Bucket="rel", Key="k")["Body"].read() == b"where it says"
