@@ -65,11 +65,13 @@ async def write_body(
     then: Callable[[Written], T] | None = None,
     group: GroupCommit | None = None,
     md5: bool = True,
+    limit: int | None = None,
 ) -> tuple[Written, T | None]:
     """Decode, verify and store the request body in `repo`; abort on any failure.
 
     `md5=False` (bodies that need no ETag) skips the MD5 unless the client sent
-    Content-MD5; `Written.md5_hex` is then "".
+    Content-MD5; `Written.md5_hex` is then "". A body longer than `limit` (by default
+    `max_object_bytes`) is EntityTooLarge.
 
     `then(written)` (blocking; typically the metadata commit) runs on a worker thread right
     after the data is durable; if it raises, the data is deleted.
@@ -83,7 +85,9 @@ async def write_body(
     """
     decoder = BodyDecoder(ctx, req.headers, md5=md5)
     length = decoder.decoded_length
-    if length is not None and length > gw.settings.max_object_bytes:
+    if limit is None:
+        limit = gw.settings.max_object_bytes
+    if length is not None and length > limit:
         raise S3Error("EntityTooLarge")
     if length is not None and length <= gw.settings.small_object_bytes:
         raw_parts: list[bytes] = []
@@ -110,7 +114,7 @@ async def write_body(
             return await gw.run(_store_verified, data, checksums, repo, then)
         return await gw.run(_store_small, decoder, raw_body, repo, then)
 
-    return await write_stream(gw, req.body_chunks(), decoder, repo, then)
+    return await write_stream(gw, req.body_chunks(), decoder, repo, then, limit=limit)
 
 
 async def write_stream(
@@ -119,15 +123,20 @@ async def write_stream(
     decoder: BodyDecoder,
     repo: Repository,
     then: Callable[[Written], T] | None = None,
+    *,
+    limit: int | None = None,
 ) -> tuple[Written, T | None]:
     """Stream `chunks` through `decoder` into a new object of `repo`, a megabyte at a time
     (memory stays bounded whatever the size); verify with `decoder.finish()`, commit the data
     (durable when this returns), then run `then(written)` on a worker thread.
 
     Any failure (from `chunks`, the decoder, the repository, or `then`) aborts or deletes
-    the data, so nothing written stays behind. More than `max_object_bytes` is
-    EntityTooLarge. PutObject's large bodies and POST Object's file part both come here.
+    the data, so nothing written stays behind. More than `limit` (by default
+    `max_object_bytes`) is EntityTooLarge. PutObject's large bodies, UploadPart's and POST
+    Object's file part come here.
     """
+    if limit is None:
+        limit = gw.settings.max_object_bytes
     writer = await gw.run(repo.writer)
     try:
         pending: list[bytes] = []
@@ -140,7 +149,7 @@ async def write_stream(
             pending.append(piece)
             pending_size += len(piece)
             total += len(piece)
-            if total > gw.settings.max_object_bytes:
+            if total > limit:
                 raise S3Error("EntityTooLarge")
             if pending_size >= STREAM_PIECE:
                 await gw.run(writer.write, b"".join(pending))

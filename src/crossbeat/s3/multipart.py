@@ -50,6 +50,8 @@ if TYPE_CHECKING:
     from crossbeat.s3.gateway import Gateway
 
 MAX_PARTS = 10_000
+# S3's largest part, uploaded or copied (the object's limit applies to their sum)
+MAX_PART_BYTES = 5 * 1024**3
 
 
 async def create_upload(gw: Gateway, req: Request, p: Principal, ctx: Any) -> Response:
@@ -145,8 +147,9 @@ async def _write_part(gw: Gateway, req: Request, ctx: Any, repo: Repository, alg
     `algorithm` the part gets that algorithm's checksum: verified if the client sent one,
     else computed as the body arrives. A checksum of another algorithm is S3's
     InvalidRequest, before any byte is read: the object could never get its checksum."""
+    limit = min(MAX_PART_BYTES, gw.settings.max_object_bytes)
     if not algorithm:
-        written, _ = await write_body(gw, req, ctx, repo)
+        written, _ = await write_body(gw, req, ctx, repo, limit=limit)
         return written
     decoder = BodyDecoder(ctx, req.headers, default_algorithm=algorithm)
     if decoder.algorithm != algorithm:
@@ -155,11 +158,11 @@ async def _write_part(gw: Gateway, req: Request, ctx: Any, repo: Repository, alg
             f"Checksum Type mismatch occurred, expected checksum Type: {algorithm.lower()}, "
             f"actual checksum Type: {str(decoder.algorithm).lower()}",
         )
-    if decoder.decoded_length is not None and decoder.decoded_length > gw.settings.max_object_bytes:
+    if decoder.decoded_length is not None and decoder.decoded_length > limit:
         raise S3Error("EntityTooLarge")
     # streamed whatever its size: write_body takes no default algorithm, and its shortcuts
     # for small bodies matter little to parts (all but the last are 5 MiB or more)
-    written, _ = await write_stream(gw, req.body_chunks(), decoder, repo)
+    written, _ = await write_stream(gw, req.body_chunks(), decoder, repo, limit=limit)
     return written
 
 
@@ -193,6 +196,9 @@ async def upload_part_copy(gw: Gateway, req: Request, p: Principal, ctx: Any) ->
         size = int(src["size"])
         copy_range = req.headers.get("x-amz-copy-source-range")
         start, end = parse_copy_source_range(copy_range, size) if copy_range is not None else (0, size)
+        if end - start > MAX_PART_BYTES:
+            raise S3Error("InvalidRequest", "The specified copy source is larger than the maximum "
+                          f"allowable size for a copy source: {MAX_PART_BYTES}")
         location, md5_hex, checksum = await gw.run(
             copy_data_checked, gw, src, gw.location_for(bucket), start, end, algorithm
         )
@@ -251,6 +257,9 @@ async def complete_upload(gw: Gateway, req: Request, p: Principal, ctx: Any) -> 
     for part in chosen[:-1]:
         if int(part["size"]) < gw.settings.min_part_bytes:
             raise S3Error("EntityTooSmall", extra={"PartNumber": str(part["partNumber"])})
+    if sum(int(c["size"]) for c in chosen) > gw.settings.max_object_bytes:
+        # the object's limit, as a PutObject's (each part was checked against its own)
+        raise S3Error("EntityTooLarge")
     um = upload["meta"]
     meta = new_meta(
         bucket, req.key, size=sum(int(c["size"]) for c in chosen), etag=_multipart_etag(c["etag"] for c in chosen),
@@ -357,7 +366,9 @@ def _completed(gw: Gateway, req: Request, bucket: Bucket, meta: dict[str, Any]) 
         headers["x-amz-version-id"] = meta["versionId"]
     add_expiration(gw, bucket.name, meta, headers)
     # absolute, as AWS answers: the object's URL at the address the client used
-    location_url = f"/{req.bucket}/{quote(req.key, safe='/~')}"
+    location_url = f"/{quote(req.key, safe='/~')}"
+    if not req.virtual_host:  # (a virtual host names the bucket already)
+        location_url = f"/{req.bucket}{location_url}"
     if host := req.headers.get("host"):
         location_url = f"{req.scope.get('scheme') or 'http'}://{host}{location_url}"
     cs: dict[str, str] = {}

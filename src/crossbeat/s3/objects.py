@@ -379,7 +379,9 @@ def _prepare_get(
     status = 200
     start, end = 0, size
     checksum_mode = req.headers.get("x-amz-checksum-mode", "").upper() == "ENABLED"
-    if rng is not None:
+    if rng is not None and rng[0] == rng[1]:  # an empty part: no range can say it
+        start = end = rng[0]
+    elif rng is not None:
         start, end = rng
         status = 206
         headers["content-range"] = f"bytes {start}-{end - 1}/{size}"
@@ -434,7 +436,9 @@ def _part_checksum_headers(meta: dict[str, Any], part_number: str) -> dict[str, 
 def _part_range(meta: dict[str, Any], part_number: str) -> tuple[int, int] | None:
     """The byte range [start, end) of part `part_number`. An object not uploaded in parts
     is one part: part 1 is all of it (206 with its Content-Range, as AWS answers; None, a
-    plain 200, only for an empty object, which has no byte range)."""
+    plain 200, only for an empty object, which has no byte range). An empty part of a
+    multipart object is an empty range: a 200 with no body (it was the whole object, and
+    a download by parts came out with the object twice)."""
     try:
         n = int(part_number)
     except ValueError as exc:
@@ -444,7 +448,7 @@ def _part_range(meta: dict[str, Any], part_number: str) -> tuple[int, int] | Non
         raise S3Error("InvalidArgument", "Part number must be an integer between 1 and 10000")
     if n > len(parts):
         raise S3Error("InvalidPartNumber", "The requested partnumber is not satisfiable", status=416)
-    if not parts[n - 1]:
+    if not parts[n - 1] and not meta.get("parts"):
         return None
     start = sum(parts[: n - 1])
     return start, start + parts[n - 1]

@@ -83,3 +83,24 @@ def test_a_streamed_body_over_the_limit_is_refused_and_its_data_removed(
     assert "<Code>EntityTooLarge</Code>" in response.text
     assert "Contents" not in s3.list_objects_v2(Bucket="limited", Prefix="streamed")
     wait_until(lambda: _stored(data_dir) == before, timeout=10, what="the aborted object removed")
+
+
+def test_a_multipart_object_over_the_limit_is_refused_at_complete(tmp_path: Path) -> None:
+    """The parts' sum is the object's size: over max_object_bytes, Complete is EntityTooLarge
+    and the upload stays (to be aborted). Three parts of 600 bytes made an 1800-byte object
+    under a 1000-byte limit."""
+    config = "[gateway]\nmax_object_bytes = 1000\nmin_part_bytes = 1\n"
+    with running_gateway(tmp_path / "data", config=config) as gw:
+        s3 = s3_client(gw.url)
+        s3.create_bucket(Bucket="bounded")
+        uid = s3.create_multipart_upload(Bucket="bounded", Key="k")["UploadId"]
+        parts = [{"PartNumber": n, "ETag": s3.upload_part(Bucket="bounded", Key="k", UploadId=uid, PartNumber=n,
+                                                          Body=b"p" * 600)["ETag"]}
+                 for n in (1, 2, 3)]  # fmt: skip
+        with pytest.raises(botocore.exceptions.ClientError) as exc:
+            s3.complete_multipart_upload(Bucket="bounded", Key="k", UploadId=uid, MultipartUpload={"Parts": parts})
+        assert exc.value.response["Error"]["Code"] == "EntityTooLarge"
+        assert "Contents" not in s3.list_objects_v2(Bucket="bounded")
+        assert len(s3.list_parts(Bucket="bounded", Key="k", UploadId=uid)["Parts"]) == 3
+        s3.complete_multipart_upload(Bucket="bounded", Key="k", UploadId=uid, MultipartUpload={"Parts": parts[:1]})
+        assert s3.head_object(Bucket="bounded", Key="k")["ContentLength"] == 600

@@ -484,3 +484,40 @@ def test_the_newer_algorithms_are_checked_and_shown_as_the_classic_ones(
     bare.put_object(Bucket=bucket, Key="one", Body=b"data", **{param: _checksum_of(algorithm, b"data")})
     copied = s3.copy_object(Bucket=bucket, Key="copy", CopySource={"Bucket": bucket, "Key": "one"})
     assert copied["CopyObjectResult"][param] == _checksum_of(algorithm, b"data")
+
+
+def test_an_empty_last_part_reads_as_empty(s3: Any, gateway: Any, bucket: str) -> None:
+    """GET/HEAD ?partNumber of a multipart object's empty last part: no bytes. It answered
+    the whole object, so a download by parts (the SDKs' transfer managers) wrote it twice."""
+    uid = s3.create_multipart_upload(Bucket=bucket, Key="k")["UploadId"]
+    first = os.urandom(5 * MiB)
+    parts = [{"PartNumber": n, "ETag": s3.upload_part(Bucket=bucket, Key="k", UploadId=uid, PartNumber=n,
+                                                      Body=body)["ETag"]}
+             for n, body in ((1, first), (2, b""))]  # fmt: skip
+    s3.complete_multipart_upload(Bucket=bucket, Key="k", UploadId=uid, MultipartUpload={"Parts": parts})
+    got = s3.get_object(Bucket=bucket, Key="k", PartNumber=2)
+    assert got["Body"].read() == b"" and got["ContentLength"] == 0 and got["PartsCount"] == 2
+    assert s3.head_object(Bucket=bucket, Key="k", PartNumber=2)["ContentLength"] == 0
+    assert s3.get_object(Bucket=bucket, Key="k", PartNumber=1)["Body"].read() == first
+
+
+def test_a_part_over_5_gib_is_refused_before_its_body(s3: Any, gateway: Any, bucket: str) -> None:
+    """As S3: a part is at most 5 GiB (EntityTooLarge, before 100-continue), a copied part
+    too (InvalidRequest). Parts were held to the object's limit only (5 TiB by default)."""
+    import socket
+    from urllib.parse import urlsplit
+
+    uid = s3.create_multipart_upload(Bucket=bucket, Key="k")["UploadId"]
+    url = urlsplit(s3.generate_presigned_url(
+        "upload_part", Params={"Bucket": bucket, "Key": "k", "UploadId": uid, "PartNumber": 1}))
+    with socket.create_connection((url.hostname, url.port), timeout=30) as sock:
+        sock.sendall(f"PUT {url.path}?{url.query} HTTP/1.1\r\nHost: {url.netloc}\r\n"
+                     f"Content-Length: {5 * 1024**3 + 1}\r\nExpect: 100-continue\r\n\r\n".encode())
+        answer = b""
+        while b"</Error>" not in answer:
+            piece = sock.recv(65536)
+            if not piece:
+                break
+            answer += piece
+    assert answer.startswith(b"HTTP/1.1 400 ") and b"<Code>EntityTooLarge</Code>" in answer, answer[:300]
+    assert b"100 Continue" not in answer

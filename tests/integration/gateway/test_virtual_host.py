@@ -69,6 +69,19 @@ def test_virtual_hosted_requests_address_the_bucket_in_the_host(
     assert [o["Key"] for o in s3.list_objects_v2(Bucket=bucket)["Contents"]] == ["dir/a key+1"]
 
 
+def test_a_completed_upload_names_the_objects_url_at_its_virtual_host(gateway: Service) -> None:
+    """CompleteMultipartUpload's Location is the object's URL as the client addressed it: at
+    a virtual host, no bucket in the path (it named the key 'bucket/key' there)."""
+    vs3 = _virtual_client(gateway)
+    vs3.create_bucket(Bucket="vhost-mpu")
+    uid = vs3.create_multipart_upload(Bucket="vhost-mpu", Key="a/k")["UploadId"]
+    etag = vs3.upload_part(Bucket="vhost-mpu", Key="a/k", UploadId=uid, PartNumber=1, Body=b"x")["ETag"]
+    done = vs3.complete_multipart_upload(Bucket="vhost-mpu", Key="a/k", UploadId=uid,
+                                         MultipartUpload={"Parts": [{"PartNumber": 1, "ETag": etag}]})
+    port = urlsplit(gateway.url).port
+    assert done["Location"] == f"http://vhost-mpu.localhost:{port}/a/k"
+
+
 def test_a_host_outside_the_domains_is_path_style(gateway: Service, s3: Any) -> None:
     s3.create_bucket(Bucket="vhost-path")
     r = signed("PUT", f"{gateway.url}/vhost-path/k", body=b"x", headers={"Host": "elsewhere.example:80"})
