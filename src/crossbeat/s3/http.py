@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import itertools
 import os
 import secrets
@@ -10,6 +9,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mutabl
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote
+
+from crossbeat.s3.header_text import encoded_word
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -211,12 +212,6 @@ class Response:
         finally:
             await _close(self.stream)
         await send({"type": "http.response.body", "body": b""})
-
-
-def encoded_word(value: str) -> str:
-    """`value` as one RFC 2047 encoded word, `=?UTF-8?B?...?=` (ASCII, and unfolded: a
-    header value must not hold a line break), as S3 sends non-ASCII metadata."""
-    return "=?UTF-8?B?" + base64.b64encode(value.encode("utf-8", "surrogateescape")).decode() + "?="
 
 
 def _header_value(value: str) -> bytes:

@@ -10,7 +10,7 @@ from typing import Any
 from crossbeat.metadata import Bucket
 from crossbeat.metadata.ids import new_version_id
 from crossbeat.s3.errors import S3Error
-from crossbeat.s3.http import encoded_word
+from crossbeat.s3.header_text import encoded_word, wire_text
 
 # headers stored verbatim with the object and returned on GET/HEAD
 SYSTEM_HEADERS = (
@@ -101,18 +101,6 @@ def check_echoable(name: str, value: str) -> None:
     if _CONTROL.search(value):
         raise S3Error("InvalidArgument", "Header values must not contain control characters.",
                       extra={"ArgumentName": name})  # fmt: skip
-
-
-def wire_text(value: str) -> str:
-    """A request header's value as the text the client meant. Header bytes arrive as
-    latin-1 code points; non-ASCII bytes that are UTF-8 are read as UTF-8 (what a client
-    sending raw non-ASCII means), others stay as they came."""
-    if value.isascii():
-        return value
-    try:
-        return value.encode("latin-1").decode("utf-8")
-    except UnicodeError:
-        return value
 
 
 def mail_safe(value: str) -> str:

@@ -26,7 +26,6 @@ is all a foreign S3 endpoint offers. What differs from a crossbeat destination:
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import copy
 import hashlib
@@ -41,6 +40,7 @@ from crossbeat.extensions.replication.gateway import GatewayClient
 from crossbeat.extensions.replication.messages import content_fingerprint
 from crossbeat.extensions.replication.settings import SiteSettings
 from crossbeat.extensions.replication.status import REPLICA
+from crossbeat.s3.header_text import encoded_word, wire_text
 
 T = TypeVar("T")
 
@@ -276,27 +276,11 @@ def _add_raw_headers(params: dict[str, Any], context: dict[str, Any], **_: Any) 
     params["headers"].update(context.get(_RAW_HEADERS) or {})
 
 
-def header_text(value: str) -> str:
-    """The text a stored header value stands for. Header bytes that are not ASCII are kept
-    one character per byte (latin-1, as the gateway reads them); when those bytes are UTF-8
-    they are read as UTF-8, which is what a client sending them meant. Any other value (a
-    POST form's field, text already) is the text it is."""
-    if value.isascii():
-        return value
-    try:
-        return value.encode("latin-1").decode("utf-8")
-    except UnicodeError:
-        return value
-
-
 def ascii_header(value: str) -> str:
-    """`value` as an S3 request can carry it: ASCII as it is, other text (see `header_text`)
+    """`value` as an S3 request can carry it: ASCII as it is, other text (see `wire_text`)
     as one RFC 2047 encoded word of its UTF-8, `=?UTF-8?B?...?=`, as S3 represents non-ASCII
     metadata. Unfolded: a header value holds no line break."""
-    if value.isascii():
-        return value
-    raw = header_text(value).encode("utf-8", "surrogateescape")
-    return f"=?UTF-8?B?{base64.b64encode(raw).decode()}?="
+    return value if value.isascii() else encoded_word(wire_text(value))
 
 
 class S3Destination:
