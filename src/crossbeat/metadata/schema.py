@@ -7,6 +7,9 @@ Layout, and why:
 - `latest` holds one row per key pointing at its latest version (maintained in the same
   transaction as every change of `versions`), so ListObjects walks only keys, not versions.
 - `journal.seq` is the rowid: appending and reading ranges are b-tree seeks at the end.
+- `pending_frees` lists the data of multipart parts a transaction dropped (abort, DeleteBucket,
+  the parts a Complete left out) until the caller has freed it: a crash in between leaves
+  it to the next cleanup, whatever that pass's limits on orphans say.
 - `store_state.trimmed_through` remembers the highest seq retention removed, so that
   `last_seq` survives trimming the whole journal and truncated reads are detected.
 Documents are JSON (orjson) stored as BLOBs; columns hold only what is indexed.
@@ -73,6 +76,11 @@ CREATE TABLE IF NOT EXISTS journal (
 CREATE TABLE IF NOT EXISTS checkpoints (
     consumer TEXT PRIMARY KEY,
     seq INTEGER NOT NULL
+) WITHOUT ROWID;
+
+CREATE TABLE IF NOT EXISTS pending_frees (
+    data_key TEXT PRIMARY KEY,
+    location TEXT NOT NULL
 ) WITHOUT ROWID;
 
 CREATE TABLE IF NOT EXISTS store_state (

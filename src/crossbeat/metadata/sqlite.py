@@ -379,6 +379,15 @@ class SqliteMetadataStore(MetadataStore):
     def abort_upload(self, upload_id: str) -> list[Meta]:
         return self._write(lambda txn: uploads.abort(txn, upload_id))
 
+    def pending_frees(self) -> list[tuple[str, str]]:
+        with self._read() as conn:
+            return uploads.pending_frees(conn)
+
+    def forget_frees(self, data_keys: Sequence[str]) -> None:
+        if data_keys:
+            keys = list(data_keys)
+            self._write(lambda txn: uploads.forget_frees(txn.conn, keys))
+
     # -- journal ------------------------------------------------------------------------------
 
     def read_journal(self, after: int, limit: int) -> list[JournalEntry]:

@@ -89,6 +89,18 @@ class MetadataStore(abc.ABC):
         """NoSuchBucket; BucketNotEmpty if any version or delete marker remains. Open multipart
         uploads go with the bucket, as on S3: returns their parts, whose data the caller frees."""
 
+    @abc.abstractmethod
+    def pending_frees(self) -> list[tuple[str, str]]:
+        """(location, dataKey) of the multipart parts' data that aborting an upload, deleting
+        a bucket with open uploads or completing an upload without some of its parts dropped,
+        and that `forget_frees` has not been told is freed: the cleanup pass frees it (a
+        crash came between the commit and the freeing)."""
+
+    @abc.abstractmethod
+    def forget_frees(self, data_keys: Sequence[str]) -> None:
+        """The data of `data_keys` is freed: drop it from `pending_frees` (unknown keys are
+        ignored)."""
+
     def buckets_generation(self) -> bytes:
         """A token that changes once any process sharing this store has changed a bucket
         (created, updated or deleted it): a cache of buckets is good while it stays the

@@ -123,7 +123,29 @@ def remove_all(conn: sqlite3.Connection, bucket: str) -> list[Meta]:
     parts: list[Meta] = []
     for (upload_id,) in conn.execute("SELECT upload_id FROM uploads WHERE bucket = ?", (bucket,)).fetchall():
         parts += _remove(conn, upload_id)
+    intend_free(conn, parts)
     return parts
+
+
+def intend_free(conn: sqlite3.Connection, parts: list[Meta]) -> None:
+    """Record the data of `parts`, dropped by this transaction, as to be freed (the table
+    `pending_frees`): freed by the caller after the commit, or by the next cleanup pass if
+    the process dies first. An upload of thousands of parts takes seconds to free; without
+    the record a crash then left them to a cleanup pass that keeps orphans past a bound."""
+    rows = [(loc["dataKey"], str(loc.get("location") or ""))
+            for part in parts for loc in part.get("location") or []
+            if isinstance(loc, dict) and isinstance(loc.get("dataKey"), str)]  # fmt: skip
+    if rows:
+        conn.executemany("INSERT OR REPLACE INTO pending_frees (data_key, location) VALUES (?, ?)", rows)
+
+
+def pending_frees(conn: sqlite3.Connection) -> list[tuple[str, str]]:
+    """(location, dataKey) of every data recorded by `intend_free` and not yet forgotten."""
+    return [(loc, key) for key, loc in conn.execute("SELECT data_key, location FROM pending_frees")]
+
+
+def forget_frees(conn: sqlite3.Connection, data_keys: list[str]) -> None:
+    conn.executemany("DELETE FROM pending_frees WHERE data_key = ?", [(k,) for k in data_keys])
 
 
 def _location_keys(entries: Any) -> set[tuple[Any, Any]]:
@@ -148,9 +170,12 @@ def complete(
     _, displaced = versions.put(txn, meta, precondition)
     parts = _remove(txn.conn, upload_id)
     unused = [p for p in parts if not (_location_keys(p.get("location")) & used)]
+    intend_free(txn.conn, unused)
     return displaced, unused
 
 
 def abort(txn: WriteTxn, upload_id: str) -> list[Meta]:
     _row(txn.conn, upload_id)
-    return _remove(txn.conn, upload_id)
+    parts = _remove(txn.conn, upload_id)
+    intend_free(txn.conn, parts)
+    return parts

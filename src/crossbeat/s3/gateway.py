@@ -237,7 +237,10 @@ class Gateway:
         return bucket
 
     def free_now(self, metas: list[dict[str, Any]]) -> None:
-        """Delete the data of versions or parts that no metadata points at any more."""
+        """Delete the data of versions or parts that no metadata points at any more. A part's
+        data freed is then forgotten from the store's `pending_frees` (where dropping it
+        recorded it: see metadata/uploads.intend_free)."""
+        freed_parts: list[str] = []
         for meta in metas:
             for loc in meta.get("location") or []:
                 repo = self.repositories.get(loc.get("location", ""))
@@ -247,6 +250,14 @@ class Gateway:
                     repo.delete(loc["dataKey"])
                 except Exception:  # noqa: BLE001 - cleanup pass will retry orphans
                     log.exception("could not delete data %s", loc)
+                    continue
+                if "partNumber" in meta:
+                    freed_parts.append(loc["dataKey"])
+        if freed_parts:
+            try:
+                self.store.forget_frees(freed_parts)
+            except Exception as exc:  # noqa: BLE001 - the next cleanup frees them again: harmless
+                log.warning("could not record %d freed parts as freed: %s", len(freed_parts), exc)
 
     async def free(self, metas: list[dict[str, Any]]) -> None:
         if any(m.get("location") for m in metas):
@@ -301,7 +312,8 @@ class Gateway:
         lost or replaced metadata store (a deleted or emptied database, a bad restore), not
         for a store whose every object is an orphan: nothing is removed and that is logged.
         Each repository also keeps its unreferenced objects when they are too many for a
-        crash's leftovers (`repositories.base.orphans_plausible`).
+        crash's leftovers (`repositories.base.orphans_plausible`); the parts' data the store
+        records as dropped and not yet freed goes first, whatever their number.
 
         An object is in use when any location names its objectId, whichever repository the
         location names: objectIds are unique across repositories, and a location may name
@@ -311,6 +323,8 @@ class Gateway:
         migrated object for an orphan and deleted it.
         """
         refs = self.referenced_keys()
+        in_use = {key for _, key in refs}
+        removed = self._free_pending(in_use)
         unconfigured = Counter(name for name, _ in refs if name not in self.repositories)
         if unconfigured:
             log.error(
@@ -331,12 +345,38 @@ class Gateway:
         if not refs and holding:
             log.error("cleanup: the metadata store names no data, yet the repositories hold "
                       "objects: removing nothing. If the metadata was lost, restore it.")
-            return []
+            return removed
         # one pass per distinct repository: with a proxy several names share one repository
-        in_use = {key for _, key in refs}
-        return cleanup_repositories(
+        return removed + cleanup_repositories(
             self.repositories, lambda _name, key: key in in_use, older_than_s=older_than_s
         )
+
+    def _free_pending(self, in_use: set[str]) -> list[str]:
+        """Free the parts' data the store records as dropped and not yet freed (a crash came
+        between an abort, a DeleteBucket or a Complete and its freeing), whatever the cleanup
+        pass's bound on orphans: the store says they are garbage, one by one. Data some
+        location still names is kept (and forgotten all the same)."""
+        pending = self.store.pending_frees()
+        removed: list[str] = []
+        forget: list[str] = []
+        for name, key in pending:
+            repo = self.repositories.get(name)
+            if key in in_use:
+                forget.append(key)
+            elif repo is not None:
+                try:
+                    repo.delete(key)
+                except Exception as exc:  # noqa: BLE001 - kept pending: tried again next time
+                    log.warning("cleanup: could not free part data %s/%s: %s", name, key, exc)
+                    continue
+                removed.append(key)
+                forget.append(key)
+            # (a repository no longer configured: kept pending until it is again)
+        self.store.forget_frees(forget)
+        if removed:
+            log.info("cleanup freed %d parts' data that aborts, bucket deletions or completes "
+                     "had dropped before a stop", len(removed))
+        return removed
 
     # -- ASGI ---------------------------------------------------------------------------
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
