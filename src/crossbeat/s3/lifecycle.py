@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from crossbeat.metadata import Bucket, MetadataStore
-from crossbeat.metadata.errors import NoSuchUpload, StoreClosed
+from crossbeat.metadata.errors import NoSuchBucket, NoSuchUpload, StoreClosed
 from crossbeat.s3.errors import resource_error
 from crossbeat.s3.lifecycle_config import (
     Config,
@@ -76,15 +76,20 @@ class PassStats:
         return self.expired + self.noncurrent + self.markers + self.aborted
 
 
-def _unchanged(seen: Meta) -> Callable[[Meta | None], None]:
-    """A store precondition: the version handed to it is still `seen`."""
+def _unchanged(seen: Meta, *, latest: bool) -> Callable[[Meta | None], None]:
+    """A store precondition: the version handed to it is still `seen`, and is (`latest`)
+    or is not the key's latest version.
+
+    The sort key tells one write from another: a version deleted and written again under
+    the same id ('null', revision 1 again) is another object, which the rule's decision
+    was not about (a pass removed objects deleted and re-created while it ran). Whether it
+    is the latest is what makes it current or noncurrent: a delete marker deleted to
+    restore a version made it current again (a pass removed it as noncurrent)."""
 
     def check(current: Meta | None) -> None:
-        if (
-            current is None
-            or current.get("versionId") != seen.get("versionId")
-            or current.get("revision") != seen.get("revision")
-        ):
+        if current is None or any(current.get(f) != seen.get(f) for f in ("versionId", "revision", "sortKey")):
+            raise _Changed
+        if bool(current.get("isLatest")) != latest:
             raise _Changed
 
     return check
@@ -156,13 +161,16 @@ class LifecyclePass:
     def _versions(self, bucket: Bucket) -> bool:
         newer: Meta | None = None  # the previous version in the walk, if of the same key
         kept = 0  # noncurrent versions of the current key kept so far
-        for seen, (item, following) in enumerate(self._listing(bucket.name), 1):
+        generation = self.store.buckets_generation()
+        for item, following in self._listing(bucket.name):
             if self.stopping():
                 return False
-            if seen % self.page == 0:
-                # the configuration or versioning may have changed since the pass began
+            if (now := self.store.buckets_generation()) != generation:
+                # a bucket changed (its rules, its versioning; deleted, made again by
+                # someone else): read it again before acting on anything more of it
+                generation = now
                 fresh = self.store.get_bucket(bucket.name)
-                if fresh is None or not has_enabled_rule(fresh.lifecycle):
+                if fresh is None or fresh.created != bucket.created or not has_enabled_rule(fresh.lifecycle):
                     return True
                 bucket = fresh
             if newer is not None and newer["key"] != item["key"]:
@@ -173,6 +181,8 @@ class LifecyclePass:
                     self._current(bucket, item, has_older)
                 elif not self._noncurrent(bucket, item, newer, kept):
                     kept += 1
+            except NoSuchBucket:  # deleted while the pass walked it: on to the next bucket
+                return True
             except _Changed:
                 self.stats.skipped += 1
                 if newer is not None:
@@ -195,7 +205,7 @@ class LifecyclePass:
             # A version written since the walk read the key would make the marker
             # noncurrent; removing it then hides nothing (the new version is the latest).
             removed = self.store.delete_version(
-                bucket.name, item["key"], item["versionId"], precondition=_unchanged(item)
+                bucket.name, item["key"], item["versionId"], precondition=_unchanged(item, latest=True)
             )
             if removed is not None:
                 self.stats.markers += 1
@@ -216,13 +226,14 @@ class LifecyclePass:
         """What DELETE without a version id does, if `item` is still the latest version."""
         key = item["key"]
         if not bucket.versioning:
-            removed = self.store.delete_version(bucket.name, key, "null", precondition=_unchanged(item))
+            removed = self.store.delete_version(
+                bucket.name, key, "null", precondition=_unchanged(item, latest=True))
             if removed is not None:
                 self.stats.expired += 1
                 self.free([removed])
             return
         marker = delete_marker(bucket, key)  # no replication info: AWS does not replicate lifecycle actions
-        displaced = self.store.put_version(marker, precondition=_unchanged(item))
+        displaced = self.store.put_version(marker, precondition=_unchanged(item, latest=True))
         self.stats.expired += 1
         self.free(displaced)
 
@@ -242,7 +253,7 @@ class LifecyclePass:
             if not rule_matches(rule, item["key"], item.get("tags"), size):
                 continue
             removed = self.store.delete_version(
-                bucket.name, item["key"], item["versionId"], precondition=_unchanged(item)
+                bucket.name, item["key"], item["versionId"], precondition=_unchanged(item, latest=False)
             )
             if removed is None:
                 return False

@@ -93,12 +93,19 @@ def transition_size_default(headers: dict[str, str]) -> str:
 # parsing
 
 
-def _positive_int(text: str | None, message: str, *, limit: int | None = None) -> int:
+# S3's Integer (Days, NoncurrentDays, DaysAfterInitiation...) and Long (object sizes): a
+# larger value was stored and then failed every request of an object it applied to (a date
+# past year 9999) or the configuration's own storing (past 64 bits)
+_INTEGER_MAX = 2**31 - 1
+_LONG_MAX = 2**63 - 1
+
+
+def _positive_int(text: str | None, message: str, *, limit: int = _INTEGER_MAX) -> int:
     value = (text or "").strip()
     if not value.lstrip("-").isdigit():
         raise _malformed(message)
     number = int(value)
-    if number <= 0 or (limit is not None and number > limit):
+    if number <= 0 or number > limit:
         raise _invalid_argument(message)
     return number
 
@@ -108,9 +115,14 @@ def _size(text: str | None, name: str) -> int:
     if not value.lstrip("-").isdigit():
         raise _malformed(f"{name} must be an integer.")
     number = int(value)
-    if number < 0:
+    if number < 0 or number > _LONG_MAX:
         raise _invalid_argument(f"{name} must be a non-negative integer.")
     return number
+
+
+# The last moment an HTTP date can name (9999-12-31T23:59:59Z): a rule's date beyond it
+# (a Days in the millions) goes unsaid in the headers; nothing expires before it anyway.
+_LAST_HTTP_DATE = 253402300799.0
 
 
 def _tag(element: ET.Element) -> list[str]:
@@ -441,6 +453,8 @@ def expiration_header(config: Config | None, meta: dict[str, Any], day_seconds: 
     if found is None:
         return None
     when, rule_id = found
+    if when > _LAST_HTTP_DATE:
+        return None
     return f'expiry-date="{formatdate(when, usegmt=True)}", rule-id="{quote(rule_id, safe="")}"'
 
 
@@ -457,7 +471,7 @@ def abort_headers(config: Config | None, key: str, initiated: str, day_seconds: 
         when = days_after(epoch(initiated), rule["abortDays"], day_seconds)
         if best is None or when < best[0]:
             best = (when, rule["id"])
-    if best is None:
+    if best is None or best[0] > _LAST_HTTP_DATE:
         return {}
     when, rule_id = best
     # a rule id may hold any character; a header value only printable ASCII

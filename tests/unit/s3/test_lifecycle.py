@@ -217,6 +217,111 @@ def test_a_version_rewritten_during_the_pass_is_not_expired(store: SqliteMetadat
     assert store.get_version(b, "k", None)["size"] == 7  # type: ignore[index]
 
 
+def between_listing_and_change(change: Any) -> Any:
+    """A clock for the pass that runs `change()` once, the first time the pass asks the time
+    (after its walk read a version, before it acts on it)."""
+    done: list[bool] = []
+
+    def now() -> float:
+        if not done:
+            done.append(True)
+            change()
+        return T0 + 100
+
+    return now
+
+
+def run_racing(store: SqliteMetadataStore, change: Any) -> tuple[LifecyclePass, list[str]]:
+    freed: list[str] = []
+    lifecycle = LifecyclePass(store, lambda metas: freed.extend(loc["dataKey"] for m in metas for loc in m["location"]),
+                              day_seconds=DAY, now=between_listing_and_change(change))
+    assert lifecycle.run()
+    return lifecycle, freed
+
+
+@pytest.mark.parametrize("versioning", ["", "Suspended"])
+def test_an_object_deleted_and_written_again_during_the_pass_stays(store: SqliteMetadataStore, versioning: str) -> None:
+    """Deleted and written again (untagged) between the walk and the change: the same
+    'null' id at revision 1 again, but another object, which the rule does not select. The
+    pass removed it (all 50 in the probe, 100 of 100 in a suspended bucket)."""
+    b = make_bucket(store, rule("<Expiration><Days>1</Days></Expiration>",
+                                "<Filter><Tag><Key>exp</Key><Value>yes</Value></Tag></Filter>"), versioning)
+    put(store, b, "k", T0 + 1, versioned=False, tags={"exp": "yes"})
+    again: list[dict[str, Any]] = []
+
+    def recreate() -> None:
+        store.delete_version(b, "k", "null")
+        again.append(put(store, b, "k", T0 + 99, versioned=False, size=7))
+
+    lifecycle, freed = run_racing(store, recreate)
+    assert lifecycle.stats.expired == 0 and freed == []
+    current = store.get_version(b, "k", None)
+    assert current is not None and current["sortKey"] == again[0]["sortKey"] and not current["isDeleteMarker"]
+
+
+def test_a_version_restored_during_the_pass_is_not_removed_as_noncurrent(store: SqliteMetadataStore) -> None:
+    """Its delete marker deleted (S3's way to undelete) between the walk and the change:
+    the version is current again. The pass removed it as noncurrent (50 of 50)."""
+    b = make_bucket(store, rule("<NoncurrentVersionExpiration><NoncurrentDays>1</NoncurrentDays>"
+                                "</NoncurrentVersionExpiration>"), "Enabled")
+    kept = put(store, b, "k", T0 + 1)
+    marker = put(store, b, "k", T0 + 2, marker=True)
+    lifecycle, freed = run_racing(store, lambda: store.delete_version(b, "k", marker["versionId"]))
+    assert lifecycle.stats.noncurrent == 0 and freed == []
+    assert store.get_version(b, "k", None)["versionId"] == kept["versionId"]  # type: ignore[index]
+
+
+def test_versioning_enabled_during_the_pass_keeps_the_null_version(store: SqliteMetadataStore) -> None:
+    """Versioning enabled and a version written between the walk and the change: the null
+    version is noncurrent, which an Expiration rule does not remove (it was deleted for
+    good, as in a bucket still unversioned)."""
+    b = make_bucket(store, rule("<Expiration><Days>1</Days></Expiration>"))
+    null = put(store, b, "k", T0 + 1, versioned=False)
+
+    def enable() -> None:
+        store.update_bucket(b, versioning="Enabled")
+        put(store, b, "k", T0 + 99)
+
+    lifecycle, freed = run_racing(store, enable)
+    assert freed == [] and null["versionId"] in [v for _, _, v in versions(store, b)]
+
+
+def test_a_bucket_made_again_during_the_pass_is_not_walked_with_the_old_rules(store: SqliteMetadataStore) -> None:
+    """Deleted and created again (with no lifecycle configuration) while the pass walked it:
+    the pass went on with the old bucket's rules and listing and removed the new one's
+    object."""
+    b = make_bucket(store, rule("<Expiration><Days>1</Days></Expiration>"))
+    put(store, b, "k", T0 + 1, versioned=False)
+    put(store, b, "l", T0 + 1, versioned=False)
+
+    def remake() -> None:
+        for key in ("k", "l"):
+            store.delete_version(b, key, "null")
+        store.delete_bucket(b)
+        store.create_bucket(Bucket(b, "other", "default", iso(T0 + 50)))
+        put(store, b, "k", T0 + 1, versioned=False)  # old enough for the old rule
+        put(store, b, "l", T0 + 1, versioned=False)
+
+    lifecycle, freed = run_racing(store, remake)
+    assert freed == [] and [k for k, _, _ in versions(store, b)] == ["k", "l"]
+
+
+def test_a_bucket_deleted_during_the_pass_ends_its_walk_not_the_pass(store: SqliteMetadataStore) -> None:
+    """NoSuchBucket from the change ended the whole pass (with a traceback): buckets after
+    it waited an interval (an hour by default)."""
+    gone = make_bucket(store, rule("<Expiration><Days>1</Days></Expiration>"), "Enabled", name="gone")
+    put(store, gone, "k", T0 + 1)
+    later = make_bucket(store, rule("<Expiration><Days>1</Days></Expiration>"), name="later")
+    put(store, later, "k", T0 + 1, versioned=False)
+
+    def drop() -> None:
+        store.delete_version(gone, "k", store.get_version(gone, "k", None)["versionId"])  # type: ignore[index]
+        store.delete_bucket(gone)
+
+    run_racing(store, drop)
+    assert versions(store, later) == []
+
+
 def test_incomplete_uploads_are_aborted_after_days_after_initiation(store: SqliteMetadataStore) -> None:
     b = make_bucket(store, rule(
         "<AbortIncompleteMultipartUpload><DaysAfterInitiation>1</DaysAfterInitiation>"

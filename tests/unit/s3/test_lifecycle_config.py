@@ -288,3 +288,31 @@ def test_abort_headers_name_the_earliest_matching_enabled_abort_rule() -> None:
         "x-amz-abort-date": "Wed, 04 Mar 2026 00:00:00 GMT", "x-amz-abort-rule-id": "r%C3%A8gle%202"}
     assert abort_headers(config, "elsewhere", initiated, DAY) == {}
     assert abort_headers(None, "up/a", initiated, DAY) == {}
+
+
+@pytest.mark.parametrize("body", [
+    rule(f"<Expiration><Days>{2**31}</Days></Expiration>"),
+    rule(f"<NoncurrentVersionExpiration><NoncurrentDays>{2**31}</NoncurrentDays></NoncurrentVersionExpiration>"),
+    rule(f"<AbortIncompleteMultipartUpload><DaysAfterInitiation>{2**31}</DaysAfterInitiation>"
+         "</AbortIncompleteMultipartUpload>"),
+    rule(EXPIRE_1, flt=f"<Filter><ObjectSizeGreaterThan>{2**63}</ObjectSizeGreaterThan></Filter>"),
+    rule(EXPIRE_1, flt=f"<Filter><ObjectSizeLessThan>{2**64}</ObjectSizeLessThan></Filter>"),
+])
+def test_numbers_past_s3s_integer_and_long_are_invalid(body: str) -> None:
+    """S3's Days are an Integer, its sizes a Long. Larger ones were stored: past 2^63 the
+    store refused the document (a 500); below that, a date past year 9999 made every GET,
+    HEAD and PUT of the objects the rule applied to a 500."""
+    assert code_of(doc(body)) == "InvalidArgument"
+
+
+def test_a_date_past_year_9999_goes_unsaid_in_the_headers() -> None:
+    """Days within S3's Integer may still end past what an HTTP date can say: no header
+    then (nothing expires before it); formatting it was a ValueError, a 500."""
+    config = parse_lifecycle(doc(
+        rule(f"<Expiration><Days>{2**31 - 1}</Days></Expiration>"),
+        rule(f"<AbortIncompleteMultipartUpload><DaysAfterInitiation>{2**31 - 1}</DaysAfterInitiation>"
+             "</AbortIncompleteMultipartUpload>", rule_id="abort"),
+    ))
+    meta = {"key": "k", "size": 1, "tags": {}, "lastModified": "2026-01-15T10:30:00.000Z", "isLatest": True}
+    assert expiration_header(config, meta, DAY) is None
+    assert abort_headers(config, "k", "2026-03-01T10:00:00.000Z", DAY) == {}
