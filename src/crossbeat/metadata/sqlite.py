@@ -312,12 +312,13 @@ class SqliteMetadataStore(MetadataStore):
         return _per_item(self._writer.submit_many([op(m, e) for m, e in updates]))
 
     def list_latest(
-        self, bucket: str, *, prefix: str = "", start_after: str = "", limit: int = 1000
+        self, bucket: str, *, prefix: str = "", start_after: str = "", limit: int = 1000,
+        live_only: bool = False,
     ) -> list[Meta]:
         check_text(prefix, "prefix")
         check_text(start_after, "start_after")
         with self._read() as conn:
-            return versions.list_latest(conn, bucket, prefix, start_after, _limit(limit))
+            return versions.list_latest(conn, bucket, prefix, start_after, _limit(limit), live_only)
 
     def list_versions(
         self,

@@ -208,10 +208,12 @@ class MetadataStore(abc.ABC):
 
     @abc.abstractmethod
     def list_latest(
-        self, bucket: str, *, prefix: str = "", start_after: str = "", limit: int = 1000
+        self, bucket: str, *, prefix: str = "", start_after: str = "", limit: int = 1000,
+        live_only: bool = False,
     ) -> list[Meta]:
         """The latest version of each key > start_after starting with prefix, in UTF-8 binary
-        key order, delete markers included (page by passing the last key as start_after)."""
+        key order, delete markers included unless `live_only` (page by passing the last key
+        as start_after)."""
 
     @abc.abstractmethod
     def list_versions(

@@ -398,13 +398,17 @@ def _prefix_clause(column: str, prefix: str) -> tuple[str, list[Any]]:
 
 
 def list_latest(
-    conn: sqlite3.Connection, bucket: str, prefix: str, start_after: str, limit: int
+    conn: sqlite3.Connection, bucket: str, prefix: str, start_after: str, limit: int,
+    live_only: bool = False,
 ) -> list[Meta]:
     clause, args = _prefix_clause("l.key", prefix)
+    # `latest` knows which keys end in a delete marker: skipped there, their documents are
+    # neither read nor parsed (a listing past 120,000 of them took 200 ms for one key)
+    live = " AND l.is_delete_marker = 0" if live_only else ""
     rows = conn.execute(
         "SELECT v.doc, 1 FROM latest l JOIN versions v "
         "ON v.bucket = l.bucket AND v.key = l.key AND v.sort_key = l.sort_key "
-        "WHERE l.bucket = ? AND l.key > ?" + clause + " ORDER BY l.key LIMIT ?",
+        "WHERE l.bucket = ? AND l.key > ?" + clause + live + " ORDER BY l.key LIMIT ?",
         [bucket, start_after, *args, limit],
     ).fetchall()
     return [_meta(*row) for row in rows]

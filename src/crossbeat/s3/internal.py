@@ -191,8 +191,14 @@ async def journal(gw: Gateway, req: Request) -> Response:
             {"error": "TruncatedJournal", "message": str(exc), "firstAvailable": exc.first_available},
             status=410,
         )
-    body = b"".join(orjson.dumps(e.to_json()) + b"\n" for e in entries)
+    # a page of thousands of entries takes tens of milliseconds to encode: off the loop,
+    # where it held every other request (p99 2 ms -> 33 ms at limit=10000)
+    body = _ndjson(entries) if len(entries) <= 100 else await gw.run(_ndjson, entries)
     return Response(headers={"content-type": "application/x-ndjson"}, body=body)
+
+
+def _ndjson(entries: list[Any]) -> bytes:
+    return b"".join(orjson.dumps(e.to_json()) + b"\n" for e in entries)
 
 
 async def get_metadata(gw: Gateway, req: Request, bucket: str, key: str) -> Response:

@@ -53,7 +53,8 @@ class ListingStore(Protocol):
     """The part of `crossbeat.metadata.MetadataStore` the listings use."""
 
     def list_latest(
-        self, bucket: str, *, prefix: str = "", start_after: str = "", limit: int = 1000
+        self, bucket: str, *, prefix: str = "", start_after: str = "", limit: int = 1000,
+        live_only: bool = False,
     ) -> list[Meta]: ...
 
     def list_versions(
@@ -320,7 +321,7 @@ def list_objects(
     if v2:
         start = decode_token(token) if token is not None else start_after
     page = _scan(
-        lambda k, _s, n: store.list_latest(name, prefix=prefix, start_after=k, limit=n),
+        lambda k, _s, n: store.list_latest(name, prefix=prefix, start_after=k, limit=n, live_only=True),
         prefix=prefix,
         delimiter=delimiter,
         start_key=start,
