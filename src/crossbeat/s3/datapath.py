@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import resource
+import threading
+import weakref
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
@@ -263,6 +266,42 @@ async def open_read(
 PINNED_AHEAD = 64
 
 
+class _AheadBudget:
+    """The pinned reads begun ahead across this process's streams, bounded by a quarter of
+    its descriptor limit: 64 per GET of a multipart object let 15 idle downloads take 1,011
+    of 1,024 descriptors, and every request after them got SlowDown. Past the bound, pieces
+    are read on their turn (a delete then cuts those streams short sooner: never wrong
+    bytes). The piece a stream is on is always pinned."""
+
+    def __init__(self) -> None:
+        self.held = 0
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def limit() -> int:
+        """A quarter of the descriptor limit now (it may be raised or lowered at run time),
+        at least one stream's PINNED_AHEAD."""
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+        return (1 << 20) if soft == resource.RLIM_INFINITY else max(PINNED_AHEAD, soft // 4)
+
+    def take(self, force: bool) -> bool:
+        with self._lock:
+            if not force and self.held >= self.limit():
+                return False
+            self.held += 1
+            return True
+
+    def give(self, account: list[int], count: int | None = None) -> None:
+        """Give back `count` (default: all) of what `account` ([held]) took."""
+        with self._lock:
+            n = account[0] if count is None else min(count, account[0])
+            account[0] -= n
+            self.held -= n
+
+
+_AHEAD = _AheadBudget()
+
+
 class PieceReads:
     """The reads of an object's pieces, handed out in order by `next_piece` (worker thread).
 
@@ -274,12 +313,16 @@ class PieceReads:
     found gone ends the stream with it (a client sees a read cut short, never wrong bytes).
     """
 
-    __slots__ = ("_begun", "_gw", "_todo")
+    __slots__ = ("__weakref__", "_account", "_begun", "_gw", "_todo")
 
     def __init__(self, gw: Gateway, pieces: list[tuple[dict[str, Any], int, int]]) -> None:
         self._gw = gw
         self._todo = iter(pieces)
         self._begun: deque[Iterator[bytes] | Callable[[], Iterator[bytes]]] = deque()
+        # the pinned reads this holds of `_AHEAD` ([count]); given back as they are handed
+        # out or closed, and whatever is left when this is collected unclosed
+        self._account = [0]
+        weakref.finalize(self, _AHEAD.give, self._account)
         self._begin_ahead()
 
     def _begin_ahead(self) -> None:
@@ -289,8 +332,13 @@ class PieceReads:
                 return
             loc, lo, hi = piece
             repo = self._gw.repository(loc["location"])
-            if repo.pins_reads:
-                self._begun.append(iter(repo.read(loc["dataKey"], lo, hi)))
+            if repo.pins_reads and _AHEAD.take(force=not self._begun):
+                self._account[0] += 1
+                try:
+                    self._begun.append(iter(repo.read(loc["dataKey"], lo, hi)))
+                except BaseException:
+                    _AHEAD.give(self._account, 1)
+                    raise
             else:
                 self._begun.append(partial(repo.read, loc["dataKey"], lo, hi))
 
@@ -299,6 +347,7 @@ class PieceReads:
         begun = [read for read in self._begun if not callable(read)]
         self._begun.clear()
         self._todo = iter(())
+        _AHEAD.give(self._account)
         return begun
 
     def next_piece(self) -> Iterator[bytes] | None:
@@ -306,6 +355,8 @@ class PieceReads:
         if not self._begun:
             return None
         read = self._begun.popleft()
+        if not callable(read):
+            _AHEAD.give(self._account, 1)  # no longer ahead: the piece being read
         self._begin_ahead()
         return read() if callable(read) else read
 

@@ -103,3 +103,50 @@ def test_out_of_descriptors_is_slow_down_then_served(s3: Any, gateway: Service, 
     assert s3.get_object(Bucket="parts", Key="k")["Body"].read() == many_parts
     assert errors(gateway) == []
     wait_until(lambda: any("SlowDown on GET /parts/k" in line for line in gateway.output), timeout=10, what="the refusal logged")
+
+
+def test_idle_downloads_share_the_reads_pinned_ahead(s3: Any, gateway: Service, many_parts: bytes) -> None:
+    """Downloads of a multipart object that stop reading hold their reads pinned ahead: 64
+    descriptors each, so that 15 of them took 1,011 of 1,024 and every request after them
+    was SlowDown. The process pins ahead at most a quarter of its limit over all streams;
+    past it pieces are read on their turn. Every stream still gets its bytes."""
+    import socket
+    from urllib.parse import urlsplit
+
+    big = [os.urandom(128 * 1024) for _ in range(80)]  # 10 MiB: more than socket buffers hold
+    upload = s3.create_multipart_upload(Bucket="parts", Key="big")["UploadId"]
+    etags = [s3.upload_part(Bucket="parts", Key="big", UploadId=upload, PartNumber=n, Body=part)["ETag"]
+             for n, part in enumerate(big, 1)]  # fmt: skip
+    s3.complete_multipart_upload(
+        Bucket="parts", Key="big", UploadId=upload,
+        MultipartUpload={"Parts": [{"PartNumber": n, "ETag": e} for n, e in enumerate(etags, 1)]},
+    )
+    url = urlsplit(s3.generate_presigned_url("get_object", Params={"Bucket": "parts", "Key": "big"}))
+    request = f"GET {url.path}?{url.query} HTTP/1.1\r\nHost: {url.netloc}\r\n\r\n".encode()
+    idle = []
+    try:
+        for _ in range(8):  # 8 x 64 = 512 pinned ahead, twice LIMIT
+            sock = socket.socket()
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            sock.settimeout(30)
+            sock.connect((url.hostname, url.port))
+            sock.sendall(request)
+            assert sock.recv(12) == b"HTTP/1.1 200"  # its stream has begun, and stalls
+            idle.append(sock)
+        assert open_files(gateway.proc.pid) < LIMIT - 32
+        assert s3.get_object(Bucket="parts", Key="k")["Body"].read() == many_parts
+        expected = b"".join(big)
+        for sock in idle:  # each stalled stream, read now, is whole
+            got = b""
+            while len(got) < len(expected) + 200:
+                piece = sock.recv(1 << 20)
+                if not piece:
+                    break
+                got += piece
+                if got.endswith(expected[-4096:]):
+                    break
+            assert got.split(b"\r\n\r\n", 1)[1] == expected
+    finally:
+        for sock in idle:
+            sock.close()
+    assert errors(gateway) == []
