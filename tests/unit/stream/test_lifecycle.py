@@ -155,13 +155,15 @@ def test_per_stream_configs_override_settings(tmp_path: Path) -> None:
 
 def test_segments_roll_by_age(tmp_path: Path) -> None:
     async def main() -> None:
-        store = await StreamStore.open(tmp_path, CFG.model_copy(update={"segment_ms": 20}))
+        # a minute: two appends are never that far apart, even on a loaded machine (20 ms
+        # were, and the second append rolled a segment of its own)
+        store = await StreamStore.open(tmp_path, CFG.model_copy(update={"segment_ms": 60_000}))
         stream = store.create_stream("s")
         await stream.append(make_batch([b"a"]))
         await stream.append(make_batch([b"b"]))
         assert len(stream._replicas[0].segments) == 1
         segment = stream._replicas[0].active
-        segment.created_ms -= 1000  # the active segment is now older than segment_ms
+        segment.created_ms -= 61_000  # the active segment is now older than segment_ms
         await stream.append(make_batch([b"c"]))
         assert len(stream._replicas[0].segments) == 2
         assert [v for _o, v in all_values(stream.read(0, 10**9))] == [b"a", b"b", b"c"]
