@@ -83,14 +83,22 @@ def unquote_etag(etag: str) -> str:
     return etag.strip().replace("&quot;", '"').replace("&#34;", '"').strip('"')
 
 
+_STORED_MS = re.compile(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)\.\d{3}Z")
+
+
 def iso8601(value: str | dt.datetime | float | int) -> str:
-    """A timestamp as S3 renders it: UTC, milliseconds, `Z`. Strings pass through."""
+    """A timestamp as S3 renders it: UTC, `.000Z`: whole seconds, as S3 keeps them, and as
+    the Last-Modified header says (a tool comparing a listing's time with a file's, set
+    from that header, found every object changed: `aws s3 sync --exact-timestamps`
+    downloaded them all again on every run). A stored `….mmmZ` string has its
+    milliseconds dropped; other strings pass through."""
     if isinstance(value, str):
-        return value
+        m = _STORED_MS.fullmatch(value)
+        return f"{m.group(1)}.000Z" if m else value
     if isinstance(value, int | float):
         value = dt.datetime.fromtimestamp(value, tz=dt.UTC)
     value = _utc(value)
-    return value.strftime("%Y-%m-%dT%H:%M:%S.") + f"{value.microsecond // 1000:03d}Z"
+    return value.strftime("%Y-%m-%dT%H:%M:%S") + ".000Z"
 
 
 def _utc(moment: dt.datetime) -> dt.datetime:

@@ -38,7 +38,10 @@ def versions(s3: Any, bucket: str) -> list[tuple[str, bool, str]]:
     listing = s3.list_object_versions(Bucket=bucket)
     entries = [(v["Key"], False, v["VersionId"], v["LastModified"]) for v in listing.get("Versions", [])]
     entries += [(m["Key"], True, m["VersionId"], m["LastModified"]) for m in listing.get("DeleteMarkers", [])]
-    entries.sort(key=lambda e: (e[0], -e[3].timestamp()))
+    # newest first by version id (minted ids sort by time): LastModified is whole seconds,
+    # as on S3, and a version and its delete marker often share one
+    entries.sort(key=lambda e: e[2], reverse=True)
+    entries.sort(key=lambda e: e[0])
     return [(k, marker, vid) for k, marker, vid, _ in entries]
 
 

@@ -320,3 +320,16 @@ def test_a_key_that_is_not_utf8_is_refused_as_aws_does(
             assert "<Code>InvalidURI</Code>" in resp.text, resp.text
     assert s3.list_objects_v2(Bucket=bucket).get("KeyCount") == 0
     assert not any("Traceback" in line for line in gateway.output)
+
+
+def test_a_listing_says_the_time_the_last_modified_header_says(s3: Any, bucket: str) -> None:
+    """Whole seconds, as S3 lists them: with the milliseconds crossbeat stores, a tool that
+    set a file's time from the header and compared it with the listing's (`aws s3 sync
+    --exact-timestamps`) found every object changed and downloaded it again on every run."""
+    for i in range(5):  # (one could fall on .000 by chance; five will not)
+        s3.put_object(Bucket=bucket, Key=f"t{i}", Body=b"x")
+    listed = {o["Key"]: o["LastModified"] for o in s3.list_objects_v2(Bucket=bucket)["Contents"]}
+    for key, when in listed.items():
+        assert when == s3.head_object(Bucket=bucket, Key=key)["LastModified"], key
+    versions = s3.list_object_versions(Bucket=bucket)["Versions"]
+    assert all(v["LastModified"].microsecond == 0 for v in versions)

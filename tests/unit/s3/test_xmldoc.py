@@ -96,7 +96,7 @@ def test_list_buckets_xml() -> None:
     names = [b.findtext(N + "Name") for b in root.iter(N + "Bucket")]
     dates = [b.findtext(N + "CreationDate") for b in root.iter(N + "Bucket")]
     assert names == ["a", "b"]
-    assert dates == ["2026-01-01T00:00:00.000Z", "2026-01-02T03:04:05.678Z"]
+    assert dates == ["2026-01-01T00:00:00.000Z", "2026-01-02T03:04:05.000Z"]  # whole seconds, as S3
 
 
 @pytest.mark.parametrize("location", ["", "us-east-1", None])
@@ -468,9 +468,12 @@ def test_etags_and_timestamps() -> None:
     assert xmldoc.quote_etag("abc") == '"abc"'
     assert xmldoc.quote_etag('"abc"') == '"abc"'
     assert xmldoc.unquote_etag("&#34;abc&#34;") == "abc"
-    assert xmldoc.iso8601(1.5) == "1970-01-01T00:00:01.500Z"
+    # whole seconds, as S3 keeps them and the Last-Modified header says
+    assert xmldoc.iso8601(1.5) == "1970-01-01T00:00:01.000Z"
     naive = dt.datetime(2026, 5, 6, 7, 8, 9, 123456)
-    assert xmldoc.iso8601(naive) == "2026-05-06T07:08:09.123Z"
+    assert xmldoc.iso8601(naive) == "2026-05-06T07:08:09.000Z"
+    assert xmldoc.iso8601("2026-05-06T07:08:09.123Z") == "2026-05-06T07:08:09.000Z"
+    assert xmldoc.iso8601("not a time") == "not a time"
 
 
 def test_url_encode_keeps_slash_and_encodes_plus() -> None:
