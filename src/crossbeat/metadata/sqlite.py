@@ -22,7 +22,15 @@ from typing import Any, TypeVar
 from crossbeat.metadata import buckets, journal, uploads, versions
 from crossbeat.metadata.bucket_generation import BucketGeneration
 from crossbeat.metadata.codec import check_text
-from crossbeat.metadata.errors import InvalidMetadata, MetadataError, StoreClosed, StoreUnavailable
+from crossbeat.metadata.errors import (
+    BucketExists,
+    BucketNotEmpty,
+    InvalidMetadata,
+    MetadataError,
+    NoSuchBucket,
+    StoreClosed,
+    StoreUnavailable,
+)
 from crossbeat.metadata.models import Bucket, JournalEntry
 from crossbeat.metadata.schema import connect, initialise
 from crossbeat.metadata.settings import MetadataSettings
@@ -209,10 +217,8 @@ class SqliteMetadataStore(MetadataStore):
     # -- buckets ------------------------------------------------------------------------------
 
     def create_bucket(self, bucket: Bucket) -> None:
-        try:
+        with self._bumping():
             self._write(lambda txn: buckets.create(txn, bucket))
-        finally:  # (also when the commit's outcome is unknown: a spurious bump costs a query)
-            self._bucket_generation.bump()
 
     def get_bucket(self, name: str) -> Bucket | None:
         with self._read() as conn:
@@ -223,20 +229,30 @@ class SqliteMetadataStore(MetadataStore):
             return buckets.list_all(conn)
 
     def update_bucket(self, name: str, **changes: Any) -> Bucket:
-        try:
+        with self._bumping():
             return self._write(lambda txn: buckets.update(txn, name, changes))
-        finally:
-            self._bucket_generation.bump()
 
     def delete_bucket(self, name: str) -> list[Meta]:
         def op(txn: WriteTxn) -> list[Meta]:
             buckets.delete(txn, name)
             return uploads.remove_all(txn.conn, name)
 
-        try:
+        with self._bumping():
             return self._write(op)
-        finally:
+
+    @contextmanager
+    def _bumping(self) -> Iterator[None]:
+        """Bump the buckets generation after a bucket change: after it commits, and when its
+        outcome is unknown (a spurious bump costs each process a query); not when the store
+        refused it unchanged (a CreateBucket repeated by its owner, the most common)."""
+        try:
+            yield
+        except (BucketExists, NoSuchBucket, BucketNotEmpty, InvalidMetadata, StoreClosed):
+            raise
+        except BaseException:
             self._bucket_generation.bump()
+            raise
+        self._bucket_generation.bump()
 
     def buckets_generation(self) -> bytes:
         return self._bucket_generation.current()

@@ -69,7 +69,11 @@ def put_part(txn: WriteTxn, upload_id: str, part: Meta) -> Meta | None:
         "ON CONFLICT(upload_id, part_number) DO UPDATE SET doc = excluded.doc",
         (upload_id, number, dump(part)),
     )
-    return None if old is None else load(old[0])
+    if old is None:
+        return None
+    replaced: Meta = load(old[0])
+    intend_free(conn, [replaced])  # (its data is freed after the commit, as an abort's)
+    return replaced
 
 
 def list_parts(conn: sqlite3.Connection, upload_id: str, marker: int, limit: int) -> list[Meta]:

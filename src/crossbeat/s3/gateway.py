@@ -222,13 +222,17 @@ class Gateway:
         and configurations changed by a request racing this one.
         """
         self._check_buckets_generation()
+        generation = self._buckets_generation
         entry = None if fresh else self._buckets.get(name)
         now = time.monotonic()
         if entry is not None and now - entry[0] <= BUCKET_CACHE_TTL_S:
             bucket: Bucket | None = entry[1]
         else:
             bucket = await self.run(self.store.get_bucket, name)
-            if bucket is not None:
+            # cached only if no bucket changed while the worker read it: a read from before
+            # a delete and a re-creation, cached after another request saw the new
+            # generation, let the former owner in until the entry expired
+            if bucket is not None and self.store.buckets_generation() == generation:
                 self._buckets[name] = (now, bucket)
         if bucket is None:
             raise S3Error("NoSuchBucket", resource=f"/{name}", extra={"BucketName": name})
@@ -239,7 +243,8 @@ class Gateway:
     def free_now(self, metas: list[dict[str, Any]]) -> None:
         """Delete the data of versions or parts that no metadata points at any more. A part's
         data freed is then forgotten from the store's `pending_frees` (where dropping it
-        recorded it: see metadata/uploads.intend_free)."""
+        recorded it: see metadata/uploads.intend_free), unless its meta says
+        `"pendingFree": False` (a part no transaction recorded)."""
         freed_parts: list[str] = []
         for meta in metas:
             for loc in meta.get("location") or []:
@@ -251,7 +256,7 @@ class Gateway:
                 except Exception:  # noqa: BLE001 - cleanup pass will retry orphans
                     log.exception("could not delete data %s", loc)
                     continue
-                if "partNumber" in meta:
+                if "partNumber" in meta and meta.get("pendingFree", True):
                     freed_parts.append(loc["dataKey"])
         if freed_parts:
             try:

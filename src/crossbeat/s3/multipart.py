@@ -108,13 +108,14 @@ def _part_number(req: Request) -> int:
 async def _store_part(gw: Gateway, upload_id: str, part: dict[str, Any]) -> None:
     """Record `part` (its data already written); if that fails for any reason, its data is
     freed (nothing points at it: a full disk's SQLITE_FULL left it for the cleanup pass)."""
+    unrecorded = {**part, "pendingFree": False}  # (no store record to forget once freed)
     try:
         displaced = await gw.run(gw.store.put_part, upload_id, part)
     except NoSuchUpload as exc:
-        await gw.free([part])
+        await gw.free([unrecorded])
         raise S3Error("NoSuchUpload", extra={"UploadId": upload_id}) from exc
     except BaseException:
-        await asyncio.shield(gw.free([part]))
+        await asyncio.shield(gw.free([unrecorded]))
         raise
     if displaced:
         await gw.free([displaced])

@@ -272,6 +272,8 @@ def parse_range(value: str | None, size: int) -> tuple[int, int] | None:
     if m is None:
         return None
     first, last = m.groups()
+    if len(first) > 19 or len(last) > 19:  # past any size (int() refuses 4,300 digits: a 500)
+        return None
     if not first:
         if not last:
             return None
@@ -343,7 +345,7 @@ def _nm_headers(meta: dict[str, Any]) -> dict[str, str]:
     h = {"etag": quoted(meta["etag"]), "last-modified": http_date(meta["lastModified"])}
     for name, value in (meta.get("systemHeaders") or {}).items():
         if name in ("cache-control", "expires"):
-            h[name] = value
+            h[name] = mail_safe(value)  # as the 200 says them
     return h
 
 

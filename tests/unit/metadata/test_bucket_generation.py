@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from crossbeat.metadata import open_store
-from crossbeat.metadata.errors import NoSuchBucket
+from crossbeat.metadata.errors import BucketExists, NoSuchBucket
 from crossbeat.metadata.models import Bucket
 
 
@@ -38,9 +38,13 @@ def test_every_bucket_change_in_any_store_changes_the_generation(tmp_path: Path)
         one.delete_bucket("b")
         assert changed()
         with pytest.raises(NoSuchBucket):
-            one.delete_bucket("b")  # a refused change costs a spurious change, nothing else
+            one.delete_bucket("b")  # refused, nothing changed: every cache stays good
+        assert not changed()
         one.create_bucket(bucket("b", "bob"))
         assert changed()
+        with pytest.raises(BucketExists):
+            one.create_bucket(bucket("b", "bob"))  # its owner's CreateBucket, repeated
+        assert not changed()
     finally:
         one.close()
         other.close()

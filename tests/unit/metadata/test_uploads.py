@@ -146,3 +146,30 @@ def test_complete_naming_a_replaced_part_changes_nothing(
     # chosen from what is stored now, it completes
     meta = version(bucket, "big", location=[loc for p in store.list_parts(uid) for loc in p["location"]])
     assert store.complete_upload(uid, meta) == ([], [])
+
+
+def test_every_part_data_a_transaction_drops_is_recorded_until_forgotten(
+    store: SqliteMetadataStore, bucket: str
+) -> None:
+    """A replaced part, an aborted upload's parts, the parts a Complete leaves out, a
+    deleted bucket's uploads: recorded in pending_frees by the transaction that drops them
+    (the caller frees them after it commits; a crash in between leaves them to the next
+    cleanup), until forgotten. Nothing else is recorded."""
+    uid = start(store, bucket)
+    store.put_part(uid, part(1, "d1"))
+    assert store.pending_frees() == []
+    store.put_part(uid, part(1, "d1b"))  # replaces d1
+    store.put_part(uid, part(2, "d2"))
+    aborted = start(store, bucket, "other")
+    store.put_part(aborted, part(1, "a1"))
+    store.abort_upload(aborted)
+    meta = version(bucket, "big", size=5, location=part(2, "d2")["location"])
+    store.complete_upload(uid, meta)  # leaves d1b out
+    left = start(store, bucket, "left")
+    store.put_part(left, part(1, "l1"))
+    assert sorted(key for _, key in store.pending_frees()) == ["a1", "d1", "d1b"]
+    store.forget_frees(["a1", "d1", "d1b", "unknown"])
+    assert store.pending_frees() == []
+    store.delete_version(bucket, "big", meta["versionId"])
+    store.delete_bucket(bucket)  # with `left` open
+    assert store.pending_frees() == [("sfs", "l1")]

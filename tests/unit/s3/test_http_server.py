@@ -51,7 +51,7 @@ async def serve(app: App, client: Callable[[int], Awaitable[None]]) -> LeanServe
     server = LeanServer(app, asyncio.get_running_loop())
     serving = asyncio.ensure_future(server.serve(sock, None, grace=5.0))
     try:
-        await asyncio.wait_for(client(sock.getsockname()[1]), timeout=10)
+        await asyncio.wait_for(client(sock.getsockname()[1]), timeout=30)
     finally:
         server.stop()
         await asyncio.wait_for(serving, timeout=10)
@@ -449,3 +449,27 @@ def test_a_slow_reader_is_not_cut_off(monkeypatch: Any) -> None:
     monkeypatch.setattr(socket.socket, "listen", listen)
     run(app, client)
     assert app.ended_by is None and app.sent == 3
+
+
+def test_a_reader_the_kernel_buffers_for_is_not_cut_off(monkeypatch: Any) -> None:
+    """A client reading steadily, slower than the kernel's send queue drains enough for our
+    own buffer to move within SEND_IDLE_S: what it takes from the kernel's queue is
+    progress. Only our buffer counted, and a client reading 16 KB/s was cut off as idle."""
+    monkeypatch.setattr(http_server, "SEND_IDLE_S", 0.3)
+    app = Streamer(pieces=48)  # 3 MiB: more than the socket buffers hold
+
+    async def client(port: int) -> None:
+        sock = await small_buffers_connection(port)
+        loop = asyncio.get_running_loop()
+        await loop.sock_sendall(sock, b"GET /big HTTP/1.1\r\nHost: h\r\n\r\n")
+        got = 0
+        while got < 48 * 65536 and app.ended_by is None:
+            piece = await loop.sock_recv(sock, 65536)
+            if not piece:
+                break
+            got += len(piece)
+            await asyncio.sleep(0.004)
+        sock.close()
+
+    run(app, client)
+    assert app.ended_by is None and app.sent == 48
