@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import os
 import secrets
@@ -206,10 +207,19 @@ class Response:
         if self.stream is None:
             await send({"type": "http.response.body", "body": self.body})
             return
+        # A client gone mid-stream: the lean server's send raises, but uvicorn's returns
+        # quietly, and the object would be read to its end for nobody. Watching receive()
+        # (nothing else reads it once the body is in) tells either server's disconnect.
+        watch = not request.has_body or request.body_done
+        gone = asyncio.ensure_future(_client_gone(request)) if watch else None
         try:
             async for chunk in self.stream:
+                if gone is not None and gone.done():
+                    return  # (nobody to finish the response for)
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
         finally:
+            if gone is not None:
+                gone.cancel()
             await _close(self.stream)
         await send({"type": "http.response.body", "body": b""})
 
@@ -221,6 +231,12 @@ def _header_value(value: str) -> bytes:
         return value.encode("latin-1")
     except UnicodeEncodeError:
         return encoded_word(value).encode()
+
+
+async def _client_gone(request: Request) -> None:
+    """Return once the client has gone away (any body it sent is drained first)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
 
 
 async def _close(stream: AsyncIterator[bytes]) -> None:
