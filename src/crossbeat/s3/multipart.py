@@ -253,11 +253,15 @@ async def complete_upload(gw: Gateway, req: Request, p: Principal, ctx: Any) -> 
         last = item.part_number
         part = stored.get(item.part_number)
         if part is None or item.etag.strip('"') != part["etag"]:
-            raise S3Error("InvalidPart", extra={"PartNumber": str(item.part_number)})
+            # the fields S3's error document carries, so a client can say which part
+            raise S3Error("InvalidPart", extra={
+                "UploadId": upload_id, "PartNumber": str(item.part_number), "ETag": xmldoc.quote_etag(item.etag)})
         chosen.append(part)
     for part in chosen[:-1]:
         if int(part["size"]) < gw.settings.min_part_bytes:
-            raise S3Error("EntityTooSmall", extra={"PartNumber": str(part["partNumber"])})
+            raise S3Error("EntityTooSmall", extra={
+                "ProposedSize": str(part["size"]), "MinSizeAllowed": str(gw.settings.min_part_bytes),
+                "PartNumber": str(part["partNumber"]), "ETag": xmldoc.quote_etag(part["etag"])})
     if sum(int(c["size"]) for c in chosen) > gw.settings.max_object_bytes:
         # the object's limit, as a PutObject's (each part was checked against its own)
         raise S3Error("EntityTooLarge")
@@ -280,7 +284,8 @@ async def complete_upload(gw: Gateway, req: Request, p: Principal, ctx: Any) -> 
             sent = item.checksums.get(algorithm.lower())
             if sent and kept_value and sent != kept_value:
                 raise S3Error("InvalidPart", f"checksum of part {item.part_number} does not match",
-                              extra={"PartNumber": str(item.part_number)})
+                              extra={"UploadId": upload_id, "PartNumber": str(item.part_number),
+                                     "ETag": xmldoc.quote_etag(item.etag)})
         if all(kept):
             part_values = [str(v) for v in kept]
             value, combined_type = checksums.combine_parts(

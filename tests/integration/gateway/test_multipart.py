@@ -42,6 +42,9 @@ def test_manual_multipart_list_abort_and_errors(s3: Any, bucket: str) -> None:
         s3.complete_multipart_upload(Bucket=bucket, Key="manual", UploadId=uid, MultipartUpload={
             "Parts": [{"PartNumber": 1, "ETag": p1["ETag"]}, {"PartNumber": 2, "ETag": '"0000"'}]})
     assert exc.value.response["Error"]["Code"] == "InvalidPart"
+    # which part, as S3's error document says it
+    assert {k: exc.value.response["Error"].get(k) for k in ("UploadId", "PartNumber", "ETag")} == {
+        "UploadId": uid, "PartNumber": "2", "ETag": '"0000"'}
     with pytest.raises(botocore.exceptions.ClientError) as exc:
         s3.complete_multipart_upload(Bucket=bucket, Key="manual", UploadId=uid, MultipartUpload={
             "Parts": [{"PartNumber": 2, "ETag": p2["ETag"]}, {"PartNumber": 1, "ETag": p1["ETag"]}]})
@@ -64,6 +67,8 @@ def test_manual_multipart_list_abort_and_errors(s3: Any, bucket: str) -> None:
         s3.complete_multipart_upload(Bucket=bucket, Key="small", UploadId=small, MultipartUpload={
             "Parts": [{"PartNumber": 1, "ETag": a["ETag"]}, {"PartNumber": 2, "ETag": b["ETag"]}]})
     assert exc.value.response["Error"]["Code"] == "EntityTooSmall"
+    assert {k: exc.value.response["Error"].get(k) for k in ("ProposedSize", "MinSizeAllowed", "PartNumber", "ETag")} == {
+        "ProposedSize": "4", "MinSizeAllowed": str(5 * MiB), "PartNumber": "1", "ETag": a["ETag"]}
     s3.abort_multipart_upload(Bucket=bucket, Key="small", UploadId=small)
     assert "Uploads" not in s3.list_multipart_uploads(Bucket=bucket)
 
