@@ -211,7 +211,7 @@ class Response:
         # quietly, and the object would be read to its end for nobody. Watching receive()
         # (nothing else reads it once the body is in) tells either server's disconnect.
         watch = not request.has_body or request.body_done
-        gone = asyncio.ensure_future(_client_gone(request)) if watch else None
+        gone = asyncio.ensure_future(client_gone(request)) if watch else None
         try:
             async for chunk in self.stream:
                 if gone is not None and gone.done():
@@ -233,7 +233,7 @@ def _header_value(value: str) -> bytes:
         return encoded_word(value).encode()
 
 
-async def _client_gone(request: Request) -> None:
+async def client_gone(request: Request) -> None:
     """Return once the client has gone away (any body it sent is drained first)."""
     while (await request.receive())["type"] != "http.disconnect":
         pass

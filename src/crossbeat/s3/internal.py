@@ -38,7 +38,7 @@ from crossbeat.metadata.errors import (
 from crossbeat.s3.auth import Principal
 from crossbeat.s3.datapath import Written, read_document, write_body
 from crossbeat.s3.errors import S3Error
-from crossbeat.s3.http import Request, Response
+from crossbeat.s3.http import Request, Response, client_gone
 from crossbeat.s3.internal_batch import batch_read, batch_replica, batch_update, unreferenced
 from crossbeat.s3.replication import global_status
 from crossbeat.s3.version_check import as_replica, check_version, is_location_list
@@ -135,18 +135,12 @@ def wait_journal(gw: Gateway, after: int, deadline: float, cancel: threading.Eve
             return
 
 
-async def _disconnected(req: Request) -> None:
-    """Return once the client has gone away (its request has no more body to give)."""
-    while (await req.receive())["type"] != "http.disconnect":
-        pass
-
-
 async def _long_poll(gw: Gateway, req: Request, after: int, deadline: float) -> None:
     """Wait for entries after `after` on a polling thread, giving the thread back as soon
     as the client hangs up; ConnectionError then (nobody is left to answer)."""
     cancel = threading.Event()
     waiting = asyncio.ensure_future(gw.run_wait(wait_journal, gw, after, deadline, cancel))
-    gone = asyncio.ensure_future(_disconnected(req))
+    gone = asyncio.ensure_future(client_gone(req))
     try:
         await asyncio.wait((waiting, gone), return_when=asyncio.FIRST_COMPLETED)
     finally:

@@ -561,19 +561,12 @@ async def copy_source(gw: Gateway, req: Request, p: Principal) -> tuple[dict[str
     return meta, src_version
 
 
-def copy_data(
-    gw: Gateway, meta: dict[str, Any], repo: Repository, start: int, end: int
-) -> tuple[Location, str]:
-    """Copy bytes [start, end) of a stored object into `repo` (worker thread); (location, md5)."""
-    location, md5_hex, _ = copy_data_checked(gw, meta, repo, start, end, None)
-    return location, md5_hex
-
-
 def copy_data_checked(
     gw: Gateway, meta: dict[str, Any], repo: Repository, start: int, end: int, algorithm: str | None
 ) -> tuple[Location, str, str | None]:
-    """As copy_data, also computing the bytes' checksum of `algorithm` (a name of
-    checksums.ALGORITHMS; base64, None without one): (location, md5, checksum)."""
+    """Copy bytes [start, end) of a stored object into `repo` (worker thread), computing
+    their MD5 and their checksum of `algorithm` (a name of checksums.ALGORITHMS; base64,
+    None without one): (location, md5 hex, checksum)."""
     md5 = hashlib.md5()
     hasher = new_hasher(algorithm) if algorithm is not None else None
     writer = repo.writer()

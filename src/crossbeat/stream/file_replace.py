@@ -36,7 +36,7 @@ def replace_file(path: Path, data: bytes, *, durable: bool, tmp: Path | None = N
 
 
 def fsync_dir(directory: Path) -> None:
-    """fsync `directory`, making the entries created or renamed in it durable."""
+    """fsync `directory`, making the entries created, renamed or deleted in it durable."""
     fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
     try:
         os.fsync(fd)

@@ -20,10 +20,10 @@ import shutil
 from pathlib import Path
 
 from crossbeat.stream.batch import BatchHeader
-from crossbeat.stream.file_replace import replace_file
+from crossbeat.stream.file_replace import fsync_dir, replace_file
 from crossbeat.stream.index import OffsetIndex, TimeIndex, read_file
 from crossbeat.stream.placement import RangeInfo
-from crossbeat.stream.segment import Segment, fsync_dir
+from crossbeat.stream.segment import Segment
 from crossbeat.stream.settings import StreamSettings
 
 log = logging.getLogger(__name__)

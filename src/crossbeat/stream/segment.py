@@ -32,7 +32,7 @@ from crossbeat.stream.batch import (
     parse_header,
 )
 from crossbeat.stream.errors import StreamError
-from crossbeat.stream.file_replace import replace_file
+from crossbeat.stream.file_replace import fsync_dir, replace_file
 from crossbeat.stream.index import OffsetIndex, TimeIndex, read_file
 
 log = logging.getLogger(__name__)
@@ -60,15 +60,6 @@ def walk_headers(
 
 def segment_name(base_offset: int) -> str:
     return f"{base_offset:020d}"
-
-
-def fsync_dir(directory: Path) -> None:
-    """Make creations, renames and deletions in `directory` durable."""
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class Segment:
