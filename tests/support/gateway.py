@@ -75,4 +75,6 @@ def signed(method: str, url: str, body: bytes = b"", headers: dict[str, str] | N
     """A raw request signed with SigV4 (for the internal routes)."""
     req = AWSRequest(method=method, url=url, data=body, headers=headers or {})
     S3SigV4Auth(Credentials(ak, sk), "s3", "us-east-1").add_auth(req)
-    return httpx.request(method, url, content=body, headers=dict(req.headers.items()), timeout=60)
+    # latin-1, as HTTP carries header bytes (httpx would refuse a str beyond ASCII)
+    raw = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in req.headers.items()]
+    return httpx.request(method, url, content=body, headers=raw, timeout=60)

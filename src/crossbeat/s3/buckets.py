@@ -24,6 +24,7 @@ from crossbeat.s3.auth import Principal
 from crossbeat.s3.datapath import read_document
 from crossbeat.s3.errors import S3Error
 from crossbeat.s3.http import Request, Response, xml_response
+from crossbeat.s3.numerals import ascii_int
 from crossbeat.s3.objectmeta import require_checksum
 
 if TYPE_CHECKING:
@@ -74,10 +75,11 @@ async def list_buckets(gw: Gateway, req: Request, p: Principal) -> Response:
     max_buckets = MAX_BUCKETS
     raw = q.get("max-buckets")
     if raw is not None:
-        if not raw.isdigit() or not 1 <= int(raw) <= MAX_BUCKETS:
+        number = ascii_int(raw)
+        if number is None or not 1 <= number <= MAX_BUCKETS:
             raise S3Error("InvalidArgument", f"max-buckets must be an integer from 1 to {MAX_BUCKETS}",
                           extra={"ArgumentName": "max-buckets", "ArgumentValue": raw})
-        max_buckets = int(raw)
+        max_buckets = number
     token = q.get("continuation-token")
     after = listing.decode_token(token) if token is not None else None
     all_buckets = await gw.run(gw.store.list_buckets)

@@ -23,6 +23,7 @@ from typing import Any
 from xml.etree import ElementTree as ET
 
 from crossbeat.s3.errors import S3Error
+from crossbeat.s3.numerals import ascii_int
 from crossbeat.s3.objectmeta import is_header_name
 from crossbeat.s3.xmldoc import XmlWriter, parse_xml
 
@@ -40,6 +41,7 @@ _LISTS = {
     "ExposeHeader": "exposeHeaders",
 }
 _SINGLES = ("ID", "MaxAgeSeconds")
+_INT32_MAX = 2**31 - 1
 
 Config = dict[str, Any]
 Rule = dict[str, Any]
@@ -81,12 +83,12 @@ def _parse_rule(element: ET.Element) -> Rule:
         rule["id"] = rule_id
     max_age = element.findtext("MaxAgeSeconds")
     if max_age is not None:
-        value = max_age.strip()
-        if not value.lstrip("-").isdigit():
+        seconds = ascii_int(max_age.strip(), signed=True)
+        if seconds is None or seconds > _INT32_MAX:  # an Integer in AWS's schema
             raise _malformed("MaxAgeSeconds must be an integer.")
-        if int(value) < 0:
+        if seconds < 0:
             raise _invalid_request("MaxAgeSeconds must be a non-negative integer.")
-        rule["maxAgeSeconds"] = int(value)
+        rule["maxAgeSeconds"] = seconds
     for method in rule["allowedMethods"]:
         if method not in METHODS:
             raise _invalid_request(f"Found unsupported HTTP method in CORS config. Unsupported method is {method}")

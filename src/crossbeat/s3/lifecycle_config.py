@@ -38,6 +38,7 @@ from urllib.parse import quote
 from xml.etree import ElementTree as ET
 
 from crossbeat.s3.errors import S3Error
+from crossbeat.s3.numerals import ascii_int
 from crossbeat.s3.xmldoc import XmlWriter, child_text, parse_xml
 
 MAX_RULES = 1000
@@ -101,20 +102,18 @@ _LONG_MAX = 2**63 - 1
 
 
 def _positive_int(text: str | None, message: str, *, limit: int = _INTEGER_MAX) -> int:
-    value = (text or "").strip()
-    if not value.lstrip("-").isdigit():
+    number = ascii_int((text or "").strip(), signed=True)
+    if number is None:
         raise _malformed(message)
-    number = int(value)
     if number <= 0 or number > limit:
         raise _invalid_argument(message)
     return number
 
 
 def _size(text: str | None, name: str) -> int:
-    value = (text or "").strip()
-    if not value.lstrip("-").isdigit():
+    number = ascii_int((text or "").strip(), signed=True)
+    if number is None:
         raise _malformed(f"{name} must be an integer.")
-    number = int(value)
     if number < 0 or number > _LONG_MAX:
         raise _invalid_argument(f"{name} must be a non-negative integer.")
     return number

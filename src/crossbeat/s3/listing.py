@@ -27,6 +27,7 @@ from typing import Any, Protocol
 
 from crossbeat.s3.checksums import default_type
 from crossbeat.s3.errors import S3Error
+from crossbeat.s3.numerals import ascii_int
 from crossbeat.s3.objectmeta import storage_class
 from crossbeat.s3.version_check import check_version_id_arg
 from crossbeat.s3.xmldoc import (
@@ -94,14 +95,9 @@ def parse_max(query: Mapping[str, str], name: str, default: int = MAX_KEYS) -> i
     raw = query.get(name)
     if raw is None or raw == "":
         return default
-    try:
-        value = int(raw)
-        if value > 2**31 - 1:  # an int32 on AWS: a larger one is refused, not capped
-            raise ValueError(raw)
-    except ValueError:
-        raise _invalid(
-            f"Provided {name} not an integer or within integer range", name, raw
-        ) from None
+    value = ascii_int(raw, signed=True)
+    if value is None or value > 2**31 - 1:  # an int32 on AWS: a larger one is refused, not capped
+        raise _invalid(f"Provided {name} not an integer or within integer range", name, raw)
     if value < 0:
         raise _invalid(f"Argument {name} must be an integer between 0 and 2147483647", name, raw)
     return min(value, MAX_KEYS)

@@ -27,6 +27,7 @@ from crossbeat.s3.datapath import Written, read_document, write_body, write_stre
 from crossbeat.s3.errors import S3Error
 from crossbeat.s3.http import Request, Response, xml_response
 from crossbeat.s3.lifecycle_config import abort_headers
+from crossbeat.s3.numerals import ascii_int
 from crossbeat.s3.objectmeta import (
     iso_now,
     quoted,
@@ -96,11 +97,8 @@ async def _upload(gw: Gateway, req: Request) -> dict[str, Any]:
 
 
 def _part_number(req: Request) -> int:
-    try:
-        n = int(req.query.get("partNumber", ""))
-    except ValueError as exc:
-        raise S3Error("InvalidArgument", "Part number must be an integer between 1 and 10000, inclusive") from exc
-    if not 1 <= n <= MAX_PARTS:
+    n = ascii_int(req.query.get("partNumber", ""))
+    if n is None or not 1 <= n <= MAX_PARTS:
         raise S3Error("InvalidArgument", "Part number must be an integer between 1 and 10000, inclusive")
     return n
 
@@ -173,11 +171,12 @@ def parse_copy_source_range(value: str, size: int) -> tuple[int, int]:
     open or clamped range would copy a different part than the client asked for)."""
     unit, _, spec = value.strip().partition("=")
     first, sep, last = spec.partition("-")
-    if not (unit == "bytes" and sep and first.isdigit() and last.isdigit()):
+    start, final = ascii_int(first), ascii_int(last)
+    if not (unit == "bytes" and sep) or start is None or final is None:
         raise S3Error("InvalidArgument", "The x-amz-copy-source-range value must be of the form "
                       "bytes=first-last where first and last are the zero-based offsets of the "
                       "first and last bytes to copy")
-    start, stop = int(first), int(last) + 1
+    stop = final + 1
     if start >= stop or stop > size:
         raise S3Error("InvalidArgument", f"Range specified is not valid for source object of size: {size}",
                       extra={"ArgumentName": "x-amz-copy-source-range", "ArgumentValue": value})

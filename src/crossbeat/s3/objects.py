@@ -30,6 +30,7 @@ from crossbeat.s3.datapath import (
 from crossbeat.s3.errors import S3Error
 from crossbeat.s3.http import Request, Response, xml_response
 from crossbeat.s3.lifecycle_config import expiration_header
+from crossbeat.s3.numerals import ascii_int
 from crossbeat.s3.objectmeta import (
     OBJECT_LOCK_HEADERS,
     SSE_HEADERS,
@@ -151,7 +152,7 @@ def delete_target(req: Request) -> xmldoc.DeleteTarget:
     """DeleteObject's key, versionId and conditions; a malformed condition is InvalidArgument."""
     h = req.headers
     size, modified = h.get("x-amz-if-match-size"), h.get("x-amz-if-match-last-modified-time")
-    if size is not None and not size.strip().isdigit():
+    if size is not None and ascii_int(size.strip()) is None:
         raise S3Error("InvalidArgument", "x-amz-if-match-size must be a non-negative integer.")
     moment = parse_http_date(modified) if modified is not None else None
     if modified is not None and moment is None:

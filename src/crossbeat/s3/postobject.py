@@ -296,8 +296,10 @@ async def post_object(gw: Gateway, req: Request) -> Response:
     redirect = _redirect(field_value(fields, "success_action_redirect") or field_value(fields, "redirect"))
     if redirect is not None:
         query = urlencode({"bucket": bucket.name, "key": key, "etag": answer["etag"]})
-        sep = "?" if "?" not in redirect else "" if redirect.endswith(("?", "&")) else "&"
-        answer["location"] = redirect + sep + query
+        # the query goes before any #fragment, which browsers never send to the server
+        base, hash_, fragment = redirect.partition("#")
+        sep = "?" if "?" not in base else "" if base.endswith(("?", "&")) else "&"
+        answer["location"] = base + sep + query + hash_ + fragment
         return Response(status=303, headers=answer)
     status = field_value(fields, "success_action_status")
     if status == "201":

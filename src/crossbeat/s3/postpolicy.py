@@ -80,6 +80,10 @@ def authenticate_form(gw: Gateway, fields: dict[str, tuple[str, str]]) -> tuple[
         if not re.fullmatch(r"\d{8}T\d{6}Z", amz_date):
             raise S3Error("InvalidArgument", "X-Amz-Date must be formated via ISO8601 Long format",
                           extra={"ArgumentName": "X-Amz-Date", "ArgumentValue": amz_date})
+        if amz_date[:8] != date:  # AWS: the date the signing key was made with
+            raise S3Error("InvalidArgument", f"Invalid credential date {date!r}. Date is not the same as "
+                          f"X-Amz-Date: {amz_date[:8]!r}.",
+                          extra={"ArgumentName": "X-Amz-Date", "ArgumentValue": amz_date})
         principal = _principal(gw, access_key)
         given = (field_value(fields, "x-amz-signature") or "").strip().lower()
         expected = hmac_sha256(signing_key(principal.secret_key, date, region), policy.encode("utf-8")).hex()
@@ -123,7 +127,7 @@ def check_policy(
     `key` is the key after `${filename}` substitution, `bucket` the one posted to."""
     try:
         doc = json.loads(base64.b64decode(policy_b64, validate=True))
-    except (binascii.Error, ValueError):
+    except (binascii.Error, ValueError, RecursionError):  # RecursionError: JSON nested too deep
         raise _invalid_policy("Invalid JSON.") from None
     if not isinstance(doc, dict):
         raise _invalid_policy("Invalid JSON.")

@@ -8,14 +8,17 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from crossbeat.s3.numerals import ascii_int
+
 
 def parse_listen(listen: str) -> tuple[str, int]:
     """Split `HOST:PORT` (IPv6 as `[::1]:PORT`); port 0 picks a free port. ValueError, naming
     the value, for anything else."""
     host, _, port = listen.rpartition(":")
-    if not host or not port.isdigit() or int(port) > 65535:
+    number = ascii_int(port)
+    if not host or number is None or number > 65535:
         raise ValueError(f"--listen must be HOST:PORT with a port from 0 to 65535, got {listen!r}")
-    return host.strip("[]"), int(port)
+    return host.strip("[]"), number
 
 
 class UserSettings(BaseModel):

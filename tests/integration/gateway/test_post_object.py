@@ -539,3 +539,54 @@ def test_a_metadata_field_whose_name_cannot_be_a_header_is_refused(s3v4: Any, bu
     assert r.status_code == 400 and error(r)[0] == "InvalidArgument", r.text
     with pytest.raises(ClientError):
         s3v4.head_object(Bucket=bucket, Key="name")
+
+
+# ---------------------------------------------------------------- forms signed by hand
+
+
+def resign(presigned: dict[str, Any], policy_b64: str, credential_date: str | None = None) -> dict[str, Any]:
+    """`presigned` (a SigV4 form of the root user) with another policy, or another date in its
+    credential, signed correctly: what reaches the policy checks is then this policy."""
+    fields = dict(presigned["fields"])
+    _, date, region, service, end = fields["x-amz-credential"].split("/")
+    date = credential_date or date
+    fields["x-amz-credential"] = "/".join(("CBTESTROOTACCESSKEY0", date, region, service, end))
+    key = ("AWS4" + ROOT_SK).encode()
+    for part in (date, region, service, end):
+        key = hmac.new(key, part.encode(), hashlib.sha256).digest()
+    fields["policy"] = policy_b64
+    fields["x-amz-signature"] = hmac.new(key, policy_b64.encode(), hashlib.sha256).hexdigest()
+    return {"url": presigned["url"], "fields": fields}
+
+
+def test_a_policy_nested_too_deep_for_the_json_parser_is_invalid(s3v4: Any, bucket: str) -> None:
+    # a RecursionError in the decoder was a 500
+    deep = base64.b64encode(b"[" * 5000 + b"]" * 5000).decode()
+    r = post(resign(presign(s3v4, bucket, "deep"), deep), b"x")
+    assert r.status_code == 400, r.text
+    assert error(r)[0] == "InvalidPolicyDocument"
+    with pytest.raises(ClientError):
+        s3v4.head_object(Bucket=bucket, Key="deep")
+
+
+def test_the_credential_date_must_be_the_date_of_x_amz_date(s3v4: Any, bucket: str) -> None:
+    presigned = presign(s3v4, bucket, "dated")
+    r = post(resign(presigned, presigned["fields"]["policy"], credential_date="20200101"), b"x")
+    assert r.status_code == 400, r.text
+    code, message, extra = error(r)
+    assert code == "InvalidArgument" and "20200101" in message and extra["ArgumentName"] == "X-Amz-Date"
+    with pytest.raises(ClientError):
+        s3v4.head_object(Bucket=bucket, Key="dated")
+    # the same form, signed with its own date, is accepted
+    assert post(resign(presigned, presigned["fields"]["policy"]), b"x").status_code == 204
+
+
+def test_a_redirect_with_a_fragment_gets_the_parameters_before_it(s3v4: Any, bucket: str) -> None:
+    # browsers never send the fragment: parameters after '#' would not reach the page's server
+    presigned = presign(s3v4, bucket, "frag", {"success_action_redirect": "https://app.example.test/done?x=1#section"})
+    r = post(presigned, b"x")
+    assert r.status_code == 303, r.text
+    parts = urlsplit(r.headers["location"])
+    assert parts.fragment == "section"
+    assert parse_qs(parts.query) == {"x": ["1"], "bucket": [bucket], "key": ["frag"],
+                                     "etag": [f'"{hashlib.md5(b"x").hexdigest()}"']}

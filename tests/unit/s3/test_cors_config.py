@@ -67,6 +67,11 @@ def test_rendering_gives_back_what_was_parsed() -> None:
         (doc(rule(extra="<Unknown>x</Unknown>")), "MalformedXML", None),
         (doc(rule(extra="<ID>a</ID><ID>b</ID>")), "MalformedXML", None),
         (doc(rule(extra="<MaxAgeSeconds>soon</MaxAgeSeconds>")), "MalformedXML", None),
+        # digits int() refuses ("²" was a 500), other scripts' digits, beyond AWS's Integer
+        (doc(rule(extra="<MaxAgeSeconds>\u00b2</MaxAgeSeconds>")), "MalformedXML", None),
+        (doc(rule(extra="<MaxAgeSeconds>\u0663</MaxAgeSeconds>")), "MalformedXML", None),
+        (doc(rule(extra="<MaxAgeSeconds>2147483648</MaxAgeSeconds>")), "MalformedXML", None),
+        (doc(rule(extra="<MaxAgeSeconds>18446744073709551616</MaxAgeSeconds>")), "MalformedXML", None),
         ("<LifecycleConfiguration/>", "MalformedXML", None),
         ("<CORSConfiguration><Rule/></CORSConfiguration>", "MalformedXML", None),
         ("not xml", "MalformedXML", None),

@@ -125,6 +125,10 @@ def test_dates_are_normalised_to_midnight_utc_with_milliseconds() -> None:
         (doc(rule("<Expiration><Days>1</Days><ExpiredObjectDeleteMarker>true</ExpiredObjectDeleteMarker>"
                   "</Expiration>")), "MalformedXML"),
         (doc(rule("<Expiration><Days>x</Days></Expiration>")), "MalformedXML"),
+        (doc(rule("<Expiration><Days>\u00b2</Days></Expiration>")), "MalformedXML"),  # was a 500
+        (doc(rule("<Expiration><Days>\u0663</Days></Expiration>")), "MalformedXML"),
+        (doc(rule(EXPIRE_1, flt="<Filter><ObjectSizeGreaterThan>\u00b2</ObjectSizeGreaterThan></Filter>")),
+         "MalformedXML"),
         (doc(rule("<NoncurrentVersionExpiration/>")), "MalformedXML"),
         (doc(rule("<Expiration><Days>0</Days></Expiration>")), "InvalidArgument"),
         (doc(rule("<Expiration><Days>-1</Days></Expiration>")), "InvalidArgument"),
