@@ -136,6 +136,12 @@ class Segment:
         segment.size = segment.synced = os.fstat(fd).st_size
         if verify or not segment._load_indexes():
             segment._recover(torn_tail_expected=verify)
+        # segment.ms counts from the first batch's timestamp, as Kafka's rolling-based
+        # timestamp does, not from this open: a broker restarted more often than segment.ms
+        # would otherwise never roll by time
+        first = next(iter(segment.headers(0)), None)
+        if first is not None and first[1].max_timestamp >= 0:
+            segment.created_ms = min(segment.created_ms, first[1].max_timestamp)
         return segment
 
     def _load_indexes(self) -> bool:
@@ -410,12 +416,18 @@ class Segment:
             k -= step
             step *= 2
 
-    def find_timestamp(self, timestamp: int, limit_offset: int) -> tuple[int, BatchHeader] | None:
-        """(position, header) of the first batch whose max timestamp >= `timestamp`."""
+    def find_timestamp(
+        self, timestamp: int, limit_offset: int, from_offset: int = 0
+    ) -> tuple[int, BatchHeader] | None:
+        """(position, header) of the first batch whose max timestamp >= `timestamp` among
+        those holding an offset >= `from_offset` (the log start: batches wholly before it
+        are gone for readers, and the answer is then in a later batch, as Kafka searches
+        from the log start)."""
         if self.max_timestamp < timestamp:
             return None
-        for pos, header in self.headers(self.time_index.scan_start(timestamp), limit_offset):
-            if header.max_timestamp >= timestamp:
+        start = max(self.time_index.scan_start(timestamp), self.offset_index.lookup(from_offset))
+        for pos, header in self.headers(start, limit_offset):
+            if header.max_timestamp >= timestamp and header.next_offset > from_offset:
                 return pos, header
         return None
 

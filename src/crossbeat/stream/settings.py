@@ -15,7 +15,9 @@ class StreamSettings(BaseModel):
     segment_bytes: int = Field(default=64 * MiB, ge=1024, le=2**31 - 1)
     """Roll the active segment before an append would take it past this size."""
     segment_ms: int = Field(default=7 * DAY_MS, ge=1)
-    """Roll the active segment once it has been open (on this process) this long."""
+    """Roll the active segment once it is this old (Kafka's segment.ms): counted from its
+    creation, or for a segment reopened after a restart from its first batch's timestamp,
+    so that restarts do not reset the clock."""
     retention_ms: int | None = Field(default=7 * DAY_MS, ge=0)
     """Delete whole segments whose newest batch timestamp is older than this; None = forever."""
     retention_bytes: int | None = Field(default=None, ge=0)

@@ -306,17 +306,15 @@ class Stream:
         seek there simply see a few earlier records of the same batch.)
         """
         self._check_readable()
-        end = self._hw
+        end, start = self._hw, self.start_offset
         for replica in self._replicas:
             for segment in replica.segments:
                 if segment.max_timestamp < ts_ms:
                     continue
-                found = segment.find_timestamp(ts_ms, end)
+                found = segment.find_timestamp(ts_ms, end, from_offset=start)
                 if found is not None:
                     _pos, header = found
-                    if header.next_offset <= self.start_offset:
-                        continue
-                    return max(header.base_offset, self.start_offset), header.max_timestamp
+                    return max(header.base_offset, start), header.max_timestamp
         return None
 
     def batch_headers_tail(self, n: int) -> list[BatchHeader]:

@@ -19,6 +19,7 @@ from crossbeat.stream import (
 from tests.unit.stream.conftest import all_values, batch_values, make_batch
 
 SMALL = StreamSettings(segment_bytes=2048, index_interval_bytes=200, flush_max_delay_ms=0.0)
+ONE_SEGMENT = StreamSettings(segment_bytes=1 << 20, index_interval_bytes=200, flush_max_delay_ms=0.0)
 
 
 def test_round_trip_across_segment_rolls(tmp_path: Path) -> None:
@@ -180,6 +181,33 @@ def test_non_durable_append_becomes_visible_after_the_next_round(tmp_path: Path)
         assert base == 0 and stream.log_end_offset == 1
         assert await stream.wait_for(0, 5.0)
         assert batch_values(stream.read(0, 100)[0]) == [(0, b"x")]
+        await store.close()
+
+    asyncio.run(main())
+
+
+def test_offset_for_timestamp_searches_from_the_log_start(tmp_path: Path) -> None:
+    """As Kafka: the first offset at or after the log start whose timestamp is at or after
+    the target. A matching batch below the start made the rest of its segment unsearched
+    (-1 for every earlier target, and for batches appended after a delete of everything)."""
+    async def main() -> None:
+        store = await StreamStore.open(tmp_path, ONE_SEGMENT)
+        stream = store.create_stream("s")
+        for i in range(100):
+            await stream.append(make_batch([b"v"], timestamp=1_000_000 + i))
+        assert len(stream._replicas[0].segments) == 1
+        await stream.delete_before(50)
+        assert stream.offset_for_timestamp(1_000_010) == (50, 1_000_050)
+        assert stream.offset_for_timestamp(1_000_049) == (50, 1_000_050)
+        assert stream.offset_for_timestamp(1_000_060) == (60, 1_000_060)
+        await stream.delete_before(100)  # everything
+        assert stream.offset_for_timestamp(1_000_010) is None
+        await stream.append(make_batch([b"late"], timestamp=2_000_000))
+        assert stream.offset_for_timestamp(1_000_010) == (100, 2_000_000)
+        await store.close()
+        store = await StreamStore.open(tmp_path, ONE_SEGMENT)
+        reopened = store.get_stream("s")
+        assert reopened is not None and reopened.offset_for_timestamp(1_000_010) == (100, 2_000_000)
         await store.close()
 
     asyncio.run(main())

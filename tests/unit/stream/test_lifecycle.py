@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -167,6 +168,28 @@ def test_segments_roll_by_age(tmp_path: Path) -> None:
         await stream.append(make_batch([b"c"]))
         assert len(stream._replicas[0].segments) == 2
         assert [v for _o, v in all_values(stream.read(0, 10**9))] == [b"a", b"b", b"c"]
+        await store.close()
+
+    asyncio.run(main())
+
+
+def test_segment_age_counts_from_its_first_batch_across_restarts(tmp_path: Path) -> None:
+    """segment.ms is timed from the first batch's timestamp (Kafka's rolling-based
+    timestamp), so a reopened store does not restart the clock: a broker restarted more
+    often than segment.ms never rolled by time."""
+    async def main() -> None:
+        cfg = CFG.model_copy(update={"segment_ms": 60_000})
+        store = await StreamStore.open(tmp_path, cfg)
+        stream = store.create_stream("s")
+        old = int(time.time() * 1000) - 120_000  # two minutes ago, twice segment.ms
+        await stream.append(make_batch([b"a"], timestamp=old))
+        await store.close()
+        store = await StreamStore.open(tmp_path, cfg)
+        stream = store.get_stream("s")
+        assert stream is not None and len(stream._replicas[0].segments) == 1
+        await stream.append(make_batch([b"b"]))
+        assert len(stream._replicas[0].segments) == 2
+        assert [v for _o, v in all_values(stream.read(0, 10**9))] == [b"a", b"b"]
         await store.close()
 
     asyncio.run(main())
