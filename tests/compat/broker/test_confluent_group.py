@@ -82,3 +82,46 @@ def test_group_rebalances_commits_and_resumes(broker: BrokerProcess, topic_name:
             resumed.append(msg)
     c.close()
     assert sorted(m.value() for m in resumed) == sorted(v for _, v in second)
+
+
+def test_a_commit_made_when_partitions_are_revoked_is_stored(broker: BrokerProcess, topic_name: str) -> None:
+    """The textbook pattern: commit what was processed in the revoke callback. It runs
+    while the group prepares the rebalance, where Kafka accepts a member's commit; refused
+    (REBALANCE_IN_PROGRESS), everything consumed so far was delivered again after the
+    rebalance."""
+    from confluent_kafka import KafkaException, TopicPartition
+
+    group = f"g-{topic_name}"
+    create_topic(broker.address, topic_name, PARTITIONS)
+    values = [(f"k{i}".encode(), f"v{i}".encode()) for i in range(100)]
+    produce_all(broker.address, topic_name, values, acks="all")
+    outcomes: list[Any] = []
+
+    def on_revoke(consumer: Any, _partitions: Any) -> None:
+        try:
+            outcomes.append(consumer.commit(asynchronous=False))
+        except KafkaException as exc:
+            outcomes.append(exc.args[0])
+
+    a = new_consumer(broker.address, group)
+    a.subscribe([topic_name], on_revoke=on_revoke)
+    seen_a: list[Any] = []
+    poll_until([a], lambda: len(seen_a) >= len(values), sink=seen_a)
+
+    b = new_consumer(broker.address, group)
+    b.subscribe([topic_name])
+    seen_b: list[Any] = []
+    poll_until([a, b], lambda: bool(outcomes) and len(parts(b)) == 2, sink=seen_b)
+    assert isinstance(outcomes[0], list) and all(tp.error is None for tp in outcomes[0]), outcomes
+    committed = a.committed([TopicPartition(topic_name, p) for p in range(PARTITIONS)], timeout=10)
+    assert sum(max(tp.offset, 0) for tp in committed) == len(values)  # -1001: a partition with nothing
+    # nothing is delivered again once the partitions moved
+    deadline = time.monotonic() + 1.0
+    while time.monotonic() < deadline:
+        for c in (a, b):
+            msg = c.poll(0.05)
+            if msg is not None and msg.error() is None:
+                seen_b.append(msg)
+    assert seen_b == []
+    a.close()
+    b.close()

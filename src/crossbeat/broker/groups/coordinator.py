@@ -326,9 +326,14 @@ class GroupCoordinator:
                      group_instance_id: str | None = None, version: int = 9) -> ErrorCode:
         """May this OffsetCommit be applied? generation -1 with no member id (and no
         instance id) is a simple (standalone) commit, allowed while the group has no
-        members; a member's commit is fenced as its Heartbeat is. In a consumer group the
-        generation is the member epoch (`ConsumerGroupCoordinator.check_member`), and a
-        member's commit needs OffsetCommit v9+ (UNSUPPORTED_VERSION), as in Kafka."""
+        members. A member's commit is fenced by member id, instance id and generation as
+        its Heartbeat is, but, as in Kafka's GroupCoordinator, it is accepted while the
+        group prepares a rebalance (the commit a consumer makes when its partitions are
+        revoked: refusing it redelivered everything since its last commit on every
+        rebalance) and refused (REBALANCE_IN_PROGRESS) only while the new generation's
+        assignment is being synced. In a consumer group the generation is the member
+        epoch (`ConsumerGroupCoordinator.check_member`), and a member's commit needs
+        OffsetCommit v9+ (UNSUPPORTED_VERSION), as in Kafka."""
         if group_id in self.consumer.groups:
             verdict = self.consumer.check_member(group_id, member_id, generation_id)
             if verdict is ErrorCode.NONE and member_id and version < 9:
@@ -339,8 +344,17 @@ class GroupCoordinator:
             if group is None or not group.members:
                 return ErrorCode.NONE
             return ErrorCode.UNKNOWN_MEMBER_ID
-        # a member's commit is checked (and counts as a sign of life) as its heartbeat is
-        return self.heartbeat(group_id, generation_id, member_id, group_instance_id)
+        if group is None:
+            return ErrorCode.UNKNOWN_MEMBER_ID
+        if (error := fenced(group, member_id, group_instance_id)) is not None:
+            return error
+        member = group.members[member_id]
+        member.last_seen = self._clock()  # a member's commit is a sign of life, as a heartbeat
+        if generation_id != group.generation:
+            return ErrorCode.ILLEGAL_GENERATION
+        if group.state is GroupState.COMPLETING_REBALANCE:
+            return ErrorCode.REBALANCE_IN_PROGRESS
+        return ErrorCode.NONE
 
     # -- time ------------------------------------------------------------------------------
     def sweep(self) -> None:
