@@ -28,11 +28,28 @@ def placement_options(fn: F) -> F:
     fn = click.option(
         "--rack-unaware",
         is_flag=True,
-        help="Assign as Kafka does without broker.rack (no pinned per-site copies).",
+        help="Assign as Kafka does without broker.rack (no per-site copies arranged).",
     )(fn)
-    fn = click.option("--start-index", type=click.IntRange(min=0), help="Fixed start index.")(fn)
-    fn = click.option("--shift", type=click.IntRange(min=0), help="Fixed follower shift.")(fn)
+    fn = click.option(
+        "--start-index",
+        type=click.IntRange(min=0),
+        help="Fixed start index for every topic (default: the map's, else from the topic name).",
+    )(fn)
+    fn = click.option(
+        "--shift",
+        type=click.IntRange(min=0),
+        help="Fixed follower shift for every topic (default: as the start index).",
+    )(fn)
     return fn
+
+
+PLACEMENT_HELP = """
+Placement is deterministic: a topic's start index and shift come from --start-index/--shift,
+else from the topic's own settings, else from the map's [placement], else from a hash of the
+topic name (a fixed stand-in for Kafka's random draw). plan, check, failover and failback
+therefore agree on the assignment, provided they get the same placement options: pass the
+options the plan was made with to its runbooks too.
+"""
 
 
 def _load(site_map: Path, **placement: Any) -> tuple[SiteMap, list[TopicPlan]]:
@@ -49,7 +66,9 @@ def _load(site_map: Path, **placement: Any) -> tuple[SiteMap, list[TopicPlan]]:
     return sitemap, plans
 
 
-@click.group()
+@click.group(
+    help="Plan a stretched multi-site deployment and its failover (seed 001).\n" + PLACEMENT_HELP
+)
 def topology() -> None:
     """Plan a stretched multi-site deployment and its failover (seed 001)."""
 
@@ -59,14 +78,30 @@ def topology() -> None:
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path))
 @placement_options
 def plan(site_map: Path, out_dir: Path, **placement: Any) -> None:
-    """Write assignments, broker/quorum/client configs and topic commands to --out."""
+    """Write assignments, broker/quorum/client configs and topic commands to --out.
+
+    The bundle is built next to --out and swapped in once complete: a failure leaves the
+    previous bundle as it was, and files of servers no longer in the map disappear. An
+    existing --out that is neither empty nor a previous bundle (no plan.json) is refused.
+    """
     sitemap, plans = _load(site_map, **placement)
-    written = write_plan(render_plan(sitemap, plans), out_dir)
+    try:
+        written = write_plan(render_plan(sitemap, plans), out_dir)
+    except TopologyError as exc:
+        raise click.ClickException(str(exc)) from exc
+    except OSError as exc:
+        where = exc.filename or out_dir
+        raise click.ClickException(
+            f"cannot write the plan to {out_dir} ({exc.strerror or exc}: {where}); "
+            "the previous bundle, if any, is unchanged"
+        ) from exc
     for p in plans:
+        layout = "internal, created by Kafka" if p.internal else p.replica_assignment_arg()
         click.echo(
             f"{p.name}: RF {p.durability.replication_factor}, acks={p.durability.acks}, "
             f"min.insync.replicas={p.durability.min_insync_replicas}, "
-            f"{'rack-aware' if p.rack_aware else 'rack-unaware'}, {p.replica_assignment_arg()}"
+            f"{'rack-aware' if p.rack_aware else 'rack-unaware'}, "
+            f"start index {p.start_index}, shift {p.shift}, {layout}"
         )
     click.echo(f"wrote {len(written)} files under {out_dir}")
 
@@ -82,7 +117,14 @@ def check(site_map: Path, as_json: bool, **placement: Any) -> None:
     if as_json:
         click.echo(json.dumps(to_json(scenarios), indent=2))
         return
-    Console().print(_table(scenarios, plans))
+    table = _table(scenarios, plans)
+    console = Console()
+    if not console.is_terminal:
+        # Piped or redirected: rich would assume 80 columns and cut topic names; use the
+        # table's natural width instead (measured unbounded: measure caps at the width).
+        natural = Console(width=1_000_000).measure(table).maximum
+        console = Console(width=max(console.width, natural))
+    console.print(table)
 
 
 def _table(scenarios: list[Scenario], plans: list[TopicPlan]) -> Table:
@@ -92,7 +134,8 @@ def _table(scenarios: list[Scenario], plans: list[TopicPlan]) -> Table:
     table.add_column("quorum")
     for p in plans:
         d = p.durability
-        table.add_column(f"{p.name}\nacks={d.acks} RF {d.replication_factor}")
+        # fold, not ellipsis: a narrow terminal wraps a topic name instead of cutting it
+        table.add_column(f"{p.name}\nacks={d.acks} RF {d.replication_factor}", overflow="fold")
     for s in scenarios:
         cells = []
         for t in s.topics:
@@ -113,9 +156,14 @@ def _table(scenarios: list[Scenario], plans: list[TopicPlan]) -> Table:
 @MAP
 @click.option("--lost", "site", required=True, help="The site that is lost.")
 @click.option("--mirror-maker", is_flag=True, help="The MirrorMaker 2 alternative instead.")
-def failover(site_map: Path, site: str, mirror_maker: bool) -> None:
-    """The ordered failover runbook for the temporary loss of a site."""
-    sitemap, plans = _load(site_map)
+@placement_options
+def failover(site_map: Path, site: str, mirror_maker: bool, **placement: Any) -> None:
+    """The ordered failover runbook for the temporary loss of a site.
+
+    The procedure depends on whether the voters off the site keep a majority of the
+    metadata quorum. Pass the placement options the plan was made with.
+    """
+    sitemap, plans = _load(site_map, **placement)
     build = mirror_maker_failover if mirror_maker else failover_runbook
     try:
         click.echo(build(sitemap, plans, site).to_text())
@@ -127,9 +175,13 @@ def failover(site_map: Path, site: str, mirror_maker: bool) -> None:
 @MAP
 @click.option("--restored", "site", required=True, help="The site that is back.")
 @click.option("--mirror-maker", is_flag=True, help="The MirrorMaker 2 alternative instead.")
-def failback(site_map: Path, site: str, mirror_maker: bool) -> None:
-    """The ordered failback runbook once a lost site is back."""
-    sitemap, plans = _load(site_map)
+@placement_options
+def failback(site_map: Path, site: str, mirror_maker: bool, **placement: Any) -> None:
+    """The ordered failback runbook once a lost site is back.
+
+    Ends in the planned assignment: pass the placement options the plan was made with.
+    """
+    sitemap, plans = _load(site_map, **placement)
     build = mirror_maker_failback if mirror_maker else failback_runbook
     try:
         click.echo(build(sitemap, plans, site).to_text())

@@ -27,7 +27,19 @@ from typing import Any
 
 from crossbeat.topology.errors import TopologyError
 from crossbeat.topology.plan import TopicPlan
-from crossbeat.topology.sitemap import SiteMap
+from crossbeat.topology.sitemap import SiteMap, quorum_survives
+
+__all__ = [
+    "PartitionOutcome",
+    "Scenario",
+    "TopicOutcome",
+    "analyse",
+    "analyse_all",
+    "loss_cases",
+    "partition_outcome",
+    "quorum_survives",
+    "to_json",
+]
 
 
 @dataclass(frozen=True)
@@ -73,14 +85,6 @@ class Scenario:
 
     def topic(self, name: str) -> TopicOutcome:
         return next(t for t in self.topics if t.topic == name)
-
-
-def quorum_survives(sitemap: SiteMap, lost: Iterable[str]) -> bool:
-    """True when more than half of the quorum's voters are not in `lost`."""
-    gone = set(lost)
-    voters = [s.name for s in sitemap.servers if s.runs("quorum")]
-    alive = [v for v in voters if v not in gone]
-    return 2 * len(alive) > len(voters)
 
 
 def partition_outcome(
@@ -147,10 +151,15 @@ def analyse_all(sitemap: SiteMap, plans: Sequence[TopicPlan]) -> list[Scenario]:
 
 
 def to_json(scenarios: Sequence[Scenario]) -> dict[str, Any]:
-    """The `check --json` document: exactly scenarios / lost / quorum_ok / topics counts."""
+    """The `check --json` document: exactly scenarios / kind / lost / quorum_ok / topics counts.
+
+    `kind` is "server", "pair" or "site", so a site's row is told from a pair's even when
+    the site has two servers.
+    """
     return {
         "scenarios": [
             {
+                "kind": s.kind,
                 "lost": list(s.lost),
                 "quorum_ok": s.quorum_ok,
                 "topics": {

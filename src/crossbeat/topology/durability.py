@@ -8,6 +8,9 @@ Two kinds of workflow share the brokers:
 - replayable (replication, lifecycle, gc, ...): losing the last entries of a queue is
   repaired by the anti-entropy pass, so producers keep acks=1 and RF 3 for write latency.
 
+Kafka's own topics (`__consumer_offsets`, `__transaction_state`) are the `kafka-internal`
+workflow: Kafka writes offset commits and transaction markers with acks=all, RF 3.
+
 `min.insync.replicas` is cluster-wide in the seed's deployment (2); a workflow spec leaves it
 to the cluster unless it says otherwise.
 """
@@ -66,6 +69,14 @@ WORKFLOWS: dict[str, Durability] = {
     "gc": _spec("gc", "1", 3, False, True, "the orphan scan finds data left by lost entries"),
     "metrics": _spec("metrics", "1", 3, False, True, "metrics are recomputed"),
     "migration-events": _spec("migration-events", "1", 3, False, True, _REPLAYABLE),
+    "kafka-internal": _spec(
+        "kafka-internal",
+        "all",
+        3,
+        False,
+        False,
+        "Kafka's own topic: offset commits and transaction markers are written with acks=all",
+    ),
 }
 
 

@@ -2,8 +2,12 @@
 
 Both cases end in the planned state: the planned assignment (per-site topics back to RF 4),
 the planned metadata quorum (observer back on the stand-by server) and preferred leaders.
-Order matters: the quorum first (brokers and reassignment need it), brokers next, data
-movement after, metadata leadership last.
+The case is the failover's: whether the voters off the restored site kept a majority of
+the metadata quorum (`keeps_quorum`), not the site's role label.
+
+Order matters: the returning site's ZooKeeper and Kafka are kept stopped first; then the
+quorum (brokers and reassignment need it), brokers next, data movement after, metadata
+leadership last.
 """
 
 from __future__ import annotations
@@ -14,156 +18,187 @@ from crossbeat.topology import render
 from crossbeat.topology.failover import failover_assignments
 from crossbeat.topology.plan import TopicPlan
 from crossbeat.topology.runbook import (
+    KAFKA_PROCESS,
     Admin,
     FileChange,
     Runbook,
     Step,
-    metadata_step,
+    keep_stopped_step,
+    keeps_quorum,
+    metadata_failback_steps,
+    q,
+    quorum_member,
     reassign_step,
     rf_note,
     split_site,
     standby_servers,
+    stopped_then,
     verify_step,
     zk_change,
+    zk_check_running,
     zk_members,
-    zk_restart,
+    zk_start,
+    zk_status,
+    zk_stop,
+    zk_wipe,
 )
 from crossbeat.topology.sitemap import Server, SiteMap
 
 
 def failback(sitemap: SiteMap, plans: Sequence[TopicPlan], restored_site: str) -> Runbook:
     """The ordered failback runbook once `restored_site` is reachable again."""
-    restored, survivors = split_site(sitemap, restored_site)
+    restored, _ = split_site(sitemap, restored_site)
     site = sitemap.site(restored_site)
     admin = Admin.outside(sitemap, restored_site)
-    majority = site.role == "majority"
-    steps = [_quorum_step(sitemap, restored_site, restored, majority, admin)]
-    steps.append(_start_brokers_step(sitemap, restored))
+    keeps = keeps_quorum(sitemap, restored_site)
+    kraft = sitemap.cluster.quorum == "kraft"
+    steps = [keep_stopped_step(sitemap, restored_site, restored)]
+    if kraft:
+        steps.append(_kraft_step(sitemap, restored, keeps))
+    else:
+        steps.append(_zookeeper_step(sitemap, restored_site, keeps))
+    brokers = _start_brokers_step(sitemap, restored)
+    if brokers is not None:
+        steps.append(brokers)
     planned = {p.name: p.assignment for p in plans}
-    steps.append(
-        reassign_step(
-            sitemap,
-            "Restore the planned assignment",
-            planned,
-            admin,
-            f"failback-{restored_site}",
-            rf_note(failover_assignments(sitemap, plans, restored_site), planned)
-            + " Copies stream to the restored brokers; add --throttle BYTES_PER_SEC to "
-            "--execute to cap the inter-site traffic, and re-run --verify to lift it.",
+    after_failover = failover_assignments(sitemap, plans, restored_site)
+    if after_failover != planned:
+        steps.append(
+            reassign_step(
+                sitemap,
+                "Restore the planned assignment",
+                planned,
+                admin,
+                f"failback-{restored_site}",
+                rf_note(after_failover, planned)
+                + " Copies stream to the restored brokers; add --throttle BYTES_PER_SEC to "
+                "--execute to cap the inter-site traffic, and re-run --verify to lift it.",
+            )
         )
-    )
     steps.append(
         Step(
             "Restore preferred leaders",
             admin.name,
             (
-                f"kafka-leader-election.sh --bootstrap-server {admin.bootstrap} "
+                f"kafka-leader-election.sh --bootstrap-server {q(admin.bootstrap)} "
                 "--election-type preferred --all-topic-partitions",
             ),
         )
     )
-    if majority:
+    if not keeps and not kraft:
+        # Only the ZooKeeper quorum-loss failover started temporary brokers.
         steps += _retire_standby_brokers(sitemap, restored_site, admin)
-        steps.append(
-            metadata_step(
-                "Metadata: hand leadership back to the majority site",
-                [s for s in restored if s.runs("metadata")],
-                "Run the metadata service's failback procedure; the stand-by returns to "
-                "warm stand-by.",
-            )
-        )
-    else:
-        steps.append(
-            metadata_step(
-                "Metadata: re-enable leader enforcement",
-                [s for s in survivors if s.runs("metadata")],
-                "Undo the failover's change (seed 001; see the metadata service's documentation).",
-            )
-        )
+    steps += metadata_failback_steps(sitemap, restored_site)
     title = f"Failback: site {restored_site} ({site.role}) restored"
     summary = f"Restored: {', '.join(s.name for s in restored)}. Ends in the planned topology."
     return Runbook(title, summary, [*steps, verify_step(admin)])
 
 
-def _quorum_step(
-    sitemap: SiteMap, site: str, restored: Sequence[Server], majority: bool, admin: Admin
-) -> Step:
-    c = sitemap.cluster
-    if c.quorum == "kraft":
-        return _kraft_step(sitemap, restored, majority)
+def _zookeeper_step(sitemap: SiteMap, site: str, keeps: bool) -> Step:
     voters, observers = zk_members(sitemap)
     planned = (voters, observers)
     current: tuple[list[Server], list[Server]]
-    if majority:
+    if keeps:
+        current = ([v for v in voters if v.site != site], [o for o in observers if o.site != site])
+    else:
         # Failover promoted every surviving member to a voter.
         current = ([s for s in [*voters, *observers] if s.site != site], [])
-    else:
-        current = ([v for v in voters if v.site != site], [o for o in observers if o.site != site])
     back = [s for s in [*voters, *observers] if s.site == site]
     running = [*current[0], *current[1]]
-    # Voters first, the promoted observer last: it leaves the vote only once the planned
-    # voters form a quorum again.
-    running.sort(key=lambda s: s.runs("quorum-observer"))
-    commands = [f"ssh {s.host} rm -rf {c.zookeeper_data_dir}/version-2" for s in back]
-    commands += [
-        cmd for s in running if not s.runs("quorum-observer") for cmd in zk_restart(sitemap, s)
-    ]
-    commands += [f"ssh {s.host} zkServer.sh start {c.zookeeper_config_path}" for s in back]
-    commands += [
-        cmd for s in running if s.runs("quorum-observer") for cmd in zk_restart(sitemap, s)
-    ]
+    # The running members that stay voters start first: every write the current ensemble
+    # committed is on a majority of them, so the leader they elect has it all; the wiped
+    # members join that leader, the members turning into observers last.
+    first = [s for s in running if s.runs("quorum")]
+    last = [s for s in running if not s.runs("quorum")]
+    commands = [zk_wipe(sitemap, s) for s in back]
+    commands += [zk_stop(sitemap, s) for s in running]
+    commands += [zk_start(sitemap, s) for s in first]
+    commands += [zk_check_running(s) for s in first]
+    commands += [zk_start(sitemap, s) for s in back]
+    commands += [zk_start(sitemap, s) for s in last]
+    commands += [zk_status(sitemap, s) for s in [*running, *back]]
     return Step(
         f"ZooKeeper: back to {len(voters)} voters and {len(observers)} observer(s)",
         ", ".join(s.name for s in [*running, *back]),
         tuple(commands),
         tuple(zk_change(sitemap, s, current, planned) for s in running),
         "The restored members keep their planned zoo.cfg but their data is stale, possibly "
-        "divergent: wipe it so they sync from the current leader. Roll the running members "
-        "one at a time in the order given; the ensemble may pause until the restored members "
-        "start.",
+        "divergent: each wipe command stops ZooKeeper and refuses to wipe while it still "
+        "runs, so they sync from the current leader. Then stop the running members, install "
+        "their configs and start everyone in the order given; start the wiped members only "
+        "once every check before them printed nothing, so that the members holding the "
+        "data take part in the first election. ZooKeeper is unavailable from "
+        "the first stop until a majority of the planned voters runs (Kafka's partition "
+        "leaders keep serving meanwhile; elections and ISR changes wait).",
     )
 
 
-def _kraft_step(sitemap: SiteMap, restored: Sequence[Server], majority: bool) -> Step:
+def _kraft_step(sitemap: SiteMap, restored: Sequence[Server], keeps: bool) -> Step:
     c = sitemap.cluster
     controllers = [s for s in restored if s.runs("quorum")]
-    if majority:
+    observers = [s for s in restored if s.runs("quorum-observer")]
+    start_observers = [
+        f"ssh {q(s.host)} kafka-server-start.sh -daemon {q(_kraft_config(sitemap, s))}"
+        for s in observers
+    ]
+    if not keeps:
         return Step(
             "KRaft: restart the lost controllers",
-            ", ".join(s.name for s in controllers),
+            ", ".join(s.name for s in [*controllers, *observers]),
             tuple(
-                f"ssh {s.host} kafka-server-start.sh -daemon {c.kafka_config_path}"
+                f"ssh {q(s.host)} kafka-server-start.sh -daemon {q(_kraft_config(sitemap, s))}"
                 for s in controllers
-            ),
+            )
+            + tuple(start_observers),
             note="The quorum never changed (a quorum without its majority cannot be "
-            "reconfigured): it resumes once a majority of its voters is back.",
+            "reconfigured): it resumes once a majority of its voters is back. Servers that "
+            "also run a broker start it with their controller.",
         )
     commands = []
     for s in controllers:
-        cfg = c.kafka_config_path
+        cfg = _kraft_config(sitemap, s)
+        wipe = " ".join(
+            q(f"{c.kafka_log_dirs}/{name}") for name in ("__cluster_metadata-0", "meta.properties")
+        )
         commands += [
-            f"ssh {s.host} rm -rf {c.kafka_log_dirs}/__cluster_metadata-0 {c.kafka_log_dirs}/meta.properties",
-            f"ssh {s.host} {render.kraft_format_command(sitemap, s, cfg, initial_voter=False)}",
-            f"ssh {s.host} kafka-server-start.sh -daemon {cfg}",
-            f"ssh {s.host} kafka-metadata-quorum.sh --command-config {cfg} "
+            stopped_then(
+                s, "kafka-server-stop.sh", KAFKA_PROCESS, f"Kafka on {s.name}", f"rm -rf {wipe}"
+            ),
+            f"ssh {q(s.host)} {render.kraft_format_command(sitemap, s, cfg, initial_voter=False)}",
+            f"ssh {q(s.host)} kafka-server-start.sh -daemon {q(cfg)}",
+            f"ssh {q(s.host)} kafka-metadata-quorum.sh --command-config {q(cfg)} "
             f"--bootstrap-controller localhost:{c.controller_port} add-controller",
         ]
     return Step(
         "KRaft: add the restored controllers back as voters",
-        ", ".join(s.name for s in controllers),
-        tuple(commands),
-        note="They were removed at failover: reformat them as observers, let them catch up, "
-        "then add them to the voter set one at a time.",
+        ", ".join(s.name for s in [*controllers, *observers]),
+        tuple(commands + start_observers),
+        note="They were removed at failover: reformat them as observers (each wipe command "
+        "refuses to run while Kafka still does), let them catch up, then add them to the "
+        "voter set one at a time. Servers that also run a broker start it with their "
+        "controller.",
     )
 
 
-def _start_brokers_step(sitemap: SiteMap, restored: Sequence[Server]) -> Step:
-    brokers = [s for s in restored if s.runs("broker")]
-    cfg = sitemap.cluster.kafka_config_path
+def _kraft_config(sitemap: SiteMap, server: Server) -> str:
+    if server.runs("broker"):
+        return sitemap.cluster.kafka_config_path
+    return render.CONTROLLER_CONFIG_PATH
+
+
+def _start_brokers_step(sitemap: SiteMap, restored: Sequence[Server]) -> Step | None:
+    kraft = sitemap.cluster.quorum == "kraft"
+    # A KRaft server running a controller and a broker is one process, started above.
+    brokers = [
+        s for s in restored if s.runs("broker") and not (kraft and quorum_member(sitemap, s))
+    ]
+    if not brokers:
+        return None
+    cfg = q(sitemap.cluster.kafka_config_path)
     return Step(
         "Start the restored brokers",
         ", ".join(s.name for s in brokers),
-        tuple(f"ssh {s.host} kafka-server-start.sh -daemon {cfg}" for s in brokers),
+        tuple(f"ssh {q(s.host)} kafka-server-start.sh -daemon {cfg}" for s in brokers),
         note="Their old replicas truncate to the current leaders' logs (unclean election "
         "is disabled, so nothing they hold alone is kept).",
     )
@@ -179,9 +214,9 @@ def _retire_standby_brokers(sitemap: SiteMap, restored_site: str, admin: Admin) 
                 f"Stop the temporary broker on {s.name}",
                 s.name,
                 (
-                    f"kafka-log-dirs.sh --bootstrap-server {admin.bootstrap} --describe "
+                    f"kafka-log-dirs.sh --bootstrap-server {q(admin.bootstrap)} --describe "
                     f"--broker-list {s.id}   # must list no partitions",
-                    f"ssh {s.host} kafka-server-stop.sh",
+                    f"ssh {q(s.host)} kafka-server-stop.sh",
                 ),
                 (FileChange(s.name, cfg, before, ""),),
                 "The planned assignment holds no replica on it; stop it only once the "

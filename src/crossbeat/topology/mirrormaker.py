@@ -8,6 +8,10 @@ offsets. What MirrorMaker has not copied yet is lost with the active site, so th
 point is the populator's periodic checkpoint record (its journal seq, written into every
 topic): the surviving site re-publishes from there. Records between that checkpoint and the
 loss are delivered twice (processors are idempotent; a notification may repeat), never lost.
+
+The layout needs a second non-witness site with servers (the copy site): a map without one
+gets a TopologyError, not a runbook. Kafka's internal topics are never mirrored, searched
+or deleted here (each cluster keeps its own; MirrorMaker translates consumer offsets).
 """
 
 from __future__ import annotations
@@ -15,14 +19,34 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from crossbeat.topology import render
+from crossbeat.topology.errors import TopologyError
 from crossbeat.topology.plan import TopicPlan
-from crossbeat.topology.runbook import FileChange, Runbook, Step, split_site
+from crossbeat.topology.runbook import FileChange, Runbook, Step, q, split_site
 from crossbeat.topology.sitemap import Server, SiteMap
 
 
 def site_bootstrap(sitemap: SiteMap, site: str) -> str:
     """bootstrap.servers of `site`'s own cluster in the MirrorMaker layout."""
-    return render.broker_endpoints(sitemap.servers_on(site), sitemap.cluster.broker_port)
+    servers = sitemap.servers_on(site)
+    if not servers:
+        raise TopologyError(f"site {site!r} has no server to run a Kafka cluster on")
+    return render.broker_endpoints(servers, sitemap.cluster.broker_port)
+
+
+def copy_site(sitemap: SiteMap) -> str:
+    """The site MirrorMaker copies the majority site's topics to."""
+    active = sitemap.majority_site().name
+    for site in sitemap.sites:
+        if site.name != active and site.role != "witness" and sitemap.servers_on(site.name):
+            return site.name
+    raise TopologyError(
+        "the MirrorMaker layout needs a second site with servers besides the majority site "
+        f"{active!r} (witness sites hold no cluster)"
+    )
+
+
+def _mirrored(plans: Sequence[TopicPlan]) -> list[TopicPlan]:
+    return [p for p in plans if not p.internal]
 
 
 def _client_change(
@@ -46,9 +70,9 @@ def _client_change(
 def _checkpoint_step(sitemap: SiteMap, plans: Sequence[TopicPlan], site: str) -> Step:
     bootstrap = site_bootstrap(sitemap, site)
     commands = tuple(
-        f"kcat -b {bootstrap} -C -t {p.name} -o beginning -e -q "
+        f"kcat -b {q(bootstrap)} -C -t {q(p.name)} -o beginning -e -q "
         '| grep \'"kind": *"checkpoint"\' | tail -n 1'
-        for p in plans
+        for p in _mirrored(plans)
     )
     return Step(
         f"Find the restart point in site {site}'s copies",
@@ -79,9 +103,10 @@ def _mm2_change(
 
 
 def _deletes(sitemap: SiteMap, plans: Sequence[TopicPlan], site: str) -> tuple[str, ...]:
-    bootstrap = site_bootstrap(sitemap, site)
+    bootstrap = q(site_bootstrap(sitemap, site))
     return tuple(
-        f"kafka-topics.sh --bootstrap-server {bootstrap} --delete --topic {p.name}" for p in plans
+        f"kafka-topics.sh --bootstrap-server {bootstrap} --delete --topic {q(p.name)}"
+        for p in _mirrored(plans)
     )
 
 
@@ -102,7 +127,7 @@ def mirror_maker_failover(sitemap: SiteMap, plans: Sequence[TopicPlan], lost_sit
                 )
             ],
         )
-    survivor = next(s.name for s in sitemap.sites if s.name != active and s.role != "witness")
+    survivor = copy_site(sitemap)
     servers = _crossbeat_servers(sitemap, survivor)
     steps = [
         Step(
@@ -122,7 +147,7 @@ def mirror_maker_failover(sitemap: SiteMap, plans: Sequence[TopicPlan], lost_sit
             "Check the pipelines' consumer groups: MirrorMaker translated their offsets",
             servers[0].name if servers else "",
             (
-                f"kafka-consumer-groups.sh --bootstrap-server {site_bootstrap(sitemap, survivor)} --describe --all-groups",
+                f"kafka-consumer-groups.sh --bootstrap-server {q(site_bootstrap(sitemap, survivor))} --describe --all-groups",
             ),
         ),
         Step(
@@ -153,7 +178,7 @@ def mirror_maker_failback(
             "The copy site is back: restart MirrorMaker 2 with the planned config.",
             [Step("Start MirrorMaker 2", note="It resumes from its stored source offsets.")],
         )
-    other = next(s.name for s in sitemap.sites if s.name != active and s.role != "witness")
+    other = copy_site(sitemap)
     host = sitemap.servers_on(other)[0]
     reverse = _mm2_change(sitemap, plans, host, (active, other), (other, active))
     back = _mm2_change(sitemap, plans, host, (other, active), (active, other))

@@ -4,8 +4,10 @@
 `kafka-topics.sh --create` runs): the same broker ordering, the same round-robin with
 follower shift, the same rack-alternated list and skip rule. With `start_index`/`shift`
 fixed the output is reproducible; left out they are drawn at random in `[0, n)` as Kafka
-does. This is the function the stream store's placement driver reuses when a range's
-replicas spread over sites, so it depends on nothing but the standard library.
+does. `stable_draw` is a fixed stand-in for that draw, derived from a key (the planner uses
+the topic name), so that every command computes the same assignment. This is the function
+the stream store's placement driver reuses when a range's replicas spread over sites, so it
+depends on nothing but the standard library.
 
 Broker ids are plain ints and racks plain strings; the result maps each partition id to its
 replica list, the first replica being the preferred leader.
@@ -13,7 +15,9 @@ replica list, the first replica being the preferred leader.
 
 from __future__ import annotations
 
+import hashlib
 import random
+from collections import Counter
 from collections.abc import Mapping
 
 from crossbeat.topology.errors import PlacementError
@@ -28,6 +32,18 @@ def replica_index(first: int, shift: int, j: int, n: int) -> int:
     on the leader's position.
     """
     return (first + 1 + (shift + j) % (n - 1)) % n
+
+
+def stable_draw(key: str, n: int) -> tuple[int, int]:
+    """A (start index, shift) pair in `[0, n)` fixed by `key`, in place of Kafka's random draw.
+
+    Derived from SHA-256, so it is the same on every run, machine and Python version;
+    different keys spread their leaders as independent random draws would.
+    """
+    if n <= 0:
+        raise PlacementError("no broker to draw a start index for")
+    digest = hashlib.sha256(key.encode()).digest()
+    return int.from_bytes(digest[:8], "big") % n, int.from_bytes(digest[8:16], "big") % n
 
 
 def rack_alternated_list(racks: Mapping[int, str]) -> list[int]:
@@ -168,6 +184,56 @@ def pin_site_copies(assignment: Mapping[int, list[int]], sites: Mapping[int, str
             chosen = min(by_site[site], key=lambda b: (load[b], b))
             replicas.append(chosen)
             load[chosen] += 1
+        result[p] = replicas
+    return result
+
+
+def spread_site_copies(assignment: Mapping[int, list[int]], sites: Mapping[int, str]) -> Assignment:
+    """Return `assignment` with the same number of replicas on every site of `sites`.
+
+    `sites` maps every broker to its site; each partition's replication factor must be a
+    multiple of the number of sites (RF 4 over 2 sites: 2 + 2, as seed 001 asks for the
+    notification topic), and every site must have that many brokers, else PlacementError.
+    Kafka's rack-aware walk guarantees one copy per rack, not an even split: it gives 3 + 1
+    for some partitions. Replicas are kept in order (so the preferred leader stays) while
+    their site is under its share; the other slots go to the least loaded broker of a site
+    short of its share (lowest id on ties), sites in name order, so the result is balanced
+    and deterministic. Replication factors do not change.
+    """
+    unknown = sorted({b for replicas in assignment.values() for b in replicas} - set(sites))
+    if unknown:
+        raise PlacementError(f"brokers without a site: {unknown}")
+    by_site: dict[str, list[int]] = {}
+    for b, site in sorted(sites.items()):
+        by_site.setdefault(site, []).append(b)
+    kept: Assignment = {}
+    shares: dict[int, int] = {}
+    for p in sorted(assignment):
+        rf = len(assignment[p])
+        share, rest = divmod(rf, len(by_site))
+        short = [s for s, brokers in by_site.items() if len(brokers) < share]
+        if rest or short:
+            raise PlacementError(
+                f"partition {p}: {rf} replicas cannot be split evenly over sites "
+                f"{', '.join(sorted(by_site))}"
+            )
+        count: Counter[str] = Counter()
+        kept[p] = []
+        for b in assignment[p]:
+            if count[sites[b]] < share:
+                kept[p].append(b)
+                count[sites[b]] += 1
+        shares[p] = share
+    load = Counter(b for replicas in kept.values() for b in replicas)
+    result: Assignment = {}
+    for p in sorted(kept):
+        replicas = kept[p]
+        for site in sorted(by_site):
+            while sum(sites[b] == site for b in replicas) < shares[p]:
+                free = (b for b in by_site[site] if b not in replicas)
+                chosen = min(free, key=lambda b: (load[b], b))
+                replicas.append(chosen)
+                load[chosen] += 1
         result[p] = replicas
     return result
 

@@ -3,7 +3,9 @@
 Every function returns file text (Java properties or zoo.cfg) for one server or role; none
 writes files (`bundle.write_plan` does). Output is deterministic: KRaft cluster and
 directory ids are derived from the cluster and server names, so re-rendering a plan gives
-byte-identical files.
+byte-identical files. Every `host:port` goes through `Server.endpoint`, which brackets IPv6
+literals. `broker.rack`, `client.rack` and the rack-aware replica selector are rendered
+only when brokers sit on more than one site (`SiteMap.multi_site`).
 """
 
 from __future__ import annotations
@@ -13,9 +15,11 @@ import uuid
 from collections.abc import Iterable, Mapping, Sequence
 
 from crossbeat.topology.plan import TopicPlan
-from crossbeat.topology.sitemap import Server, SiteMap
+from crossbeat.topology.sitemap import Server, SiteMap, endpoint
 
 RACK_AWARE_SELECTOR = "org.apache.kafka.common.replica.RackAwareReplicaSelector"
+# Where a controller-only KRaft server's configuration is installed.
+CONTROLLER_CONFIG_PATH = "/etc/kafka/controller.properties"
 IDENTITY_POLICY = "org.apache.kafka.connect.mirror.IdentityReplicationPolicy"
 
 
@@ -42,7 +46,8 @@ def kafka_uuid(*parts: str) -> str:
 
 
 def broker_endpoints(servers: Sequence[Server], port: int) -> str:
-    return ",".join(f"{s.host}:{port}" for s in servers)
+    """Comma-separated `host:port` list (IPv6 bracketed)."""
+    return ",".join(s.endpoint(port) for s in servers)
 
 
 def _header(sitemap: SiteMap, server: Server, what: str) -> list[str]:
@@ -75,12 +80,13 @@ def broker_properties(
         entries.update(_kraft_quorum(sitemap))
     else:
         entries["broker.id"] = server.id
-    entries["broker.rack"] = sitemap.rack_of(server)
+    if sitemap.multi_site:
+        entries["broker.rack"] = sitemap.rack_of(server)
     listeners = [f"PLAINTEXT://:{c.broker_port}"]
     if controller:
         listeners.append(f"CONTROLLER://:{c.controller_port}")
     entries["listeners"] = ",".join(listeners)
-    entries["advertised.listeners"] = f"PLAINTEXT://{server.host}:{c.broker_port}"
+    entries["advertised.listeners"] = f"PLAINTEXT://{server.endpoint(c.broker_port)}"
     if kraft:
         entries["listener.security.protocol.map"] = "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT"
         entries["inter.broker.listener.name"] = "PLAINTEXT"
@@ -96,7 +102,7 @@ def broker_properties(
     entries["offsets.topic.replication.factor"] = rf
     entries["transaction.state.log.replication.factor"] = rf
     entries["transaction.state.log.min.isr"] = min(c.min_insync_replicas, rf)
-    if c.follower_fetching:
+    if c.follower_fetching and sitemap.multi_site:
         # KIP-392: consumers with client.rack read from a replica on their own site.
         entries["replica.selector.class"] = RACK_AWARE_SELECTOR
     return properties(entries, _header(sitemap, server, "Kafka broker"))
@@ -124,7 +130,7 @@ def kraft_controller_properties(sitemap: SiteMap, server: Server) -> str:
     entries: dict[str, object] = {"process.roles": "controller", "node.id": server.id}
     entries.update(_kraft_quorum(sitemap))
     entries["listeners"] = f"CONTROLLER://:{c.controller_port}"
-    entries["advertised.listeners"] = f"CONTROLLER://{server.host}:{c.controller_port}"
+    entries["advertised.listeners"] = f"CONTROLLER://{server.endpoint(c.controller_port)}"
     entries["listener.security.protocol.map"] = "CONTROLLER:PLAINTEXT"
     entries["log.dirs"] = c.kafka_log_dirs
     return properties(entries, _header(sitemap, server, "KRaft controller"))
@@ -143,7 +149,7 @@ def kraft_format_command(
     base = f"kafka-storage.sh format --cluster-id {cluster_id} --config {config_path}"
     if server.runs("quorum") if initial_voter is None else initial_voter:
         voters = ",".join(
-            f"{s.id}@{s.host}:{c.controller_port}:{kafka_uuid(c.name, s.name, 'metadata')}"
+            f"{s.id}@{s.endpoint(c.controller_port)}:{kafka_uuid(c.name, s.name, 'metadata')}"
             for s in sitemap.servers
             if s.runs("quorum")
         )
@@ -171,7 +177,7 @@ def zookeeper_config(
     for member in sorted([*voters, *observers], key=lambda s: s.myid):
         suffix = ":observer" if member in observers else ""
         lines.append(
-            f"server.{member.myid}={member.host}:{c.zookeeper_peer_port}:"
+            f"server.{member.myid}={endpoint(member.host, c.zookeeper_peer_port)}:"
             f"{c.zookeeper_election_port}{suffix}"
         )
     return "\n".join(lines) + "\n"
@@ -187,16 +193,15 @@ def planned_zookeeper_config(sitemap: SiteMap, server: Server) -> str:
 def client_properties(sitemap: SiteMap, server: Server) -> str:
     """Consumer/producer base settings for crossbeat services on `server`.
 
-    Same-site brokers come first in bootstrap.servers, and client.rack names the site's
-    rack so that follower fetching serves reads from a local replica.
+    Same-site brokers come first in bootstrap.servers, and on a multi-site map client.rack
+    names the site's rack so that follower fetching serves reads from a local replica.
     """
     brokers = sitemap.brokers()
     local = [b for b in brokers if b.site == server.site]
     ordered = local + [b for b in brokers if b.site != server.site]
-    entries = {
-        "bootstrap.servers": broker_endpoints(ordered, sitemap.cluster.broker_port),
-        "client.rack": sitemap.rack_of(server),
-    }
+    entries = {"bootstrap.servers": broker_endpoints(ordered, sitemap.cluster.broker_port)}
+    if sitemap.multi_site:
+        entries["client.rack"] = sitemap.rack_of(server)
     return properties(entries, _header(sitemap, server, "crossbeat Kafka clients"))
 
 
@@ -218,10 +223,11 @@ def mirror_maker_properties(
     One Kafka cluster per site (every non-witness server of the site runs a broker), one
     active direction `source->target`. The identity policy keeps topic names, so on
     failover clients only change bootstrap.servers; it is safe because only one direction
-    is enabled at a time.
+    is enabled at a time. Kafka's internal topics are not mirrored (MirrorMaker translates
+    consumer offsets itself); sites without servers have no cluster to list.
     """
     c = sitemap.cluster
-    sites = [s for s in sitemap.sites if s.role != "witness"]
+    sites = [s for s in sitemap.sites if s.role != "witness" and sitemap.servers_on(s.name)]
     entries: dict[str, object] = {"clusters": ", ".join(s.name for s in sites)}
     for site in sites:
         servers = sitemap.servers_on(site.name)
@@ -231,7 +237,7 @@ def mirror_maker_properties(
             if a != b:
                 enabled = a.name == source and b.name == target
                 entries[f"{a.name}->{b.name}.enabled"] = str(enabled).lower()
-    entries[f"{source}->{target}.topics"] = ", ".join(p.name for p in plans)
+    entries[f"{source}->{target}.topics"] = ", ".join(p.name for p in plans if not p.internal)
     target_size = len(sitemap.servers_on(target))
     entries["replication.factor"] = min(3, target_size)
     entries["replication.policy.class"] = IDENTITY_POLICY

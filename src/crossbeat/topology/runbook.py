@@ -1,13 +1,22 @@
 """Runbooks for a temporary site loss (seed 001): ordered steps with commands and diffs.
 
 Each step names the server it runs on, the concrete commands, and config changes as unified
-diffs. Minority and majority losses follow the seed's procedures:
+diffs. Which procedure applies is decided by counting, not by the site's role label:
 
-- minority lost: remove metadata leader enforcement, shrink the per-site topics onto the
-  surviving brokers (RF 4 -> 3), shrink the metadata quorum to the surviving voters;
-- majority lost: promote the metadata warm stand-by, promote the ZooKeeper observer to a
+- the surviving voters keep a majority of the metadata quorum (ZooKeeper or KRaft): the
+  seed's "minority lost" procedure: shrink the per-site topics onto the surviving brokers
+  (RF 4 -> 3), shrink the metadata quorum to the surviving voters;
+- they do not: the seed's "majority lost" procedure: promote the ZooKeeper observer to a
   voter (quorum of the surviving servers), start a broker on the stand-by server with the
-  surviving site's rack, shrink the topics onto the surviving brokers.
+  surviving site's rack, shrink the topics onto the surviving brokers. A KRaft quorum that
+  lost its majority cannot be rebuilt: that runbook stops after saying so.
+
+The crossbeat metadata service is counted the same way over the servers running
+`metadata`: leader enforcement is removed while most of them survive, the warm stand-by is
+promoted otherwise. A failover always starts by fencing the lost site (a partitioned site
+keeps running), a failback by keeping the returning site's ZooKeeper and Kafka stopped
+until their step; data directories are wiped only by a command that first checks the
+process is gone.
 
 This module holds the runbook model and the steps both directions share; the procedures
 are in `failover` and `failback`, the MirrorMaker alternative in `mirrormaker`.
@@ -16,6 +25,7 @@ are in `failover` and `failback`, the MirrorMaker alternative in `mirrormaker`.
 from __future__ import annotations
 
 import difflib
+import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -23,7 +33,13 @@ from crossbeat.topology import render
 from crossbeat.topology.bundle import admin_server, reassignment_document
 from crossbeat.topology.errors import TopologyError
 from crossbeat.topology.placement import Assignment
-from crossbeat.topology.sitemap import Server, SiteMap
+from crossbeat.topology.sitemap import Server, SiteMap, quorum_survives
+
+q = shlex.quote
+# pgrep patterns for the two JVMs; the brackets keep pgrep -f from matching the remote
+# shell whose own command line contains the pattern.
+ZOOKEEPER_PROCESS = "[Q]uorumPeerMain"
+KAFKA_PROCESS = "[k]afka[.]Kafka"
 
 
 @dataclass(frozen=True)
@@ -37,7 +53,7 @@ class Admin:
     @classmethod
     def outside(cls, sitemap: SiteMap, site: str) -> Admin:
         server = admin_server(sitemap, exclude_site=site)
-        return cls(server.name, server.host, f"{server.host}:{sitemap.cluster.broker_port}")
+        return cls(server.name, server.host, server.endpoint(sitemap.cluster.broker_port))
 
 
 @dataclass(frozen=True)
@@ -129,13 +145,13 @@ def reassign_step(
     note: str,
 ) -> Step:
     path = f"/tmp/crossbeat-{name}.json"
-    bootstrap = f"--bootstrap-server {admin.bootstrap}"
+    bootstrap = f"--bootstrap-server {q(admin.bootstrap)}"
     return Step(
         title,
         admin.name,
         (
-            f"kafka-reassign-partitions.sh {bootstrap} --reassignment-json-file {path} --execute",
-            f"kafka-reassign-partitions.sh {bootstrap} --reassignment-json-file {path} --verify",
+            f"kafka-reassign-partitions.sh {bootstrap} --reassignment-json-file {q(path)} --execute",
+            f"kafka-reassign-partitions.sh {bootstrap} --reassignment-json-file {q(path)} --verify",
         ),
         (FileChange(admin.name, path, "", reassignment_document(assignments)),),
         note,
@@ -162,13 +178,94 @@ def zk_change(
     )
 
 
-def zk_restart(sitemap: SiteMap, server: Server) -> tuple[str, ...]:
-    cfg = sitemap.cluster.zookeeper_config_path
+def zk_config(sitemap: SiteMap) -> str:
+    return q(sitemap.cluster.zookeeper_config_path)
+
+
+def zk_stop(sitemap: SiteMap, server: Server) -> str:
+    return f"ssh {q(server.host)} zkServer.sh stop {zk_config(sitemap)}"
+
+
+def zk_start(sitemap: SiteMap, server: Server) -> str:
+    return f"ssh {q(server.host)} zkServer.sh start {zk_config(sitemap)}"
+
+
+def zk_status(sitemap: SiteMap, server: Server) -> str:
+    port = sitemap.cluster.zookeeper_client_port
+    return f"echo srvr | nc {q(server.host)} {port}   # Mode: leader/follower/observer"
+
+
+def zk_find_leader(sitemap: SiteMap, members: Sequence[Server]) -> str:
+    """Shell: set LEADER to the member answering `Mode: leader` (it holds every commit)."""
+    hosts = " ".join(q(s.host) for s in members)
     port = sitemap.cluster.zookeeper_client_port
     return (
-        f"ssh {server.host} zkServer.sh restart {cfg}",
-        f"echo srvr | nc {server.host} {port}   # Mode: leader/follower/observer",
+        f'LEADER=$(for h in {hosts}; do echo srvr | nc -w 3 "$h" {port} '
+        '| grep -q \'Mode: leader\' && echo "$h"; done); echo "leader: ${LEADER:?none found}"'
     )
+
+
+def zk_start_leader_first(sitemap: SiteMap, members: Sequence[Server]) -> list[str]:
+    """Start $LEADER (see `zk_find_leader`), then the other members."""
+    hosts = " ".join(q(s.host) for s in members)
+    cfg = zk_config(sitemap)
+    return [
+        f'ssh "$LEADER" zkServer.sh start {cfg}',
+        f'for h in {hosts}; do [ "$h" = "$LEADER" ] || ssh "$h" zkServer.sh start {cfg}; done',
+    ]
+
+
+def zk_check_running(server: Server) -> str:
+    return (
+        f"ssh {q(server.host)} pgrep -f {q(ZOOKEEPER_PROCESS)} >/dev/null "
+        f"|| echo {q(f'ZooKeeper is not running on {server.name}')}"
+    )
+
+
+def wait_stopped(pattern: str, what: str, seconds: int) -> str:
+    """Shell text: wait up to `seconds` for no process to match `pattern`, else exit 1.
+
+    Double quotes inside, so that `stopped_then` can single-quote the whole remote command
+    readably: `pattern` and `what` hold no `"`, `$` or backquote (names are validated).
+    """
+    return (
+        f'n=0; while pgrep -f "{pattern}" >/dev/null; do n=$((n+1)); '
+        f'if [ $n -ge {seconds} ]; then echo "{what} is still running" >&2; exit 1; fi; '
+        "sleep 1; done"
+    )
+
+
+def stopped_then(server: Server, stop: str, pattern: str, what: str, then: str) -> str:
+    """`ssh` running `stop`, checking `pattern` is gone, and only then `then` (a wipe)."""
+    remote = f"{stop}; {wait_stopped(pattern, what, 60)}; {then}"
+    return f"ssh {q(server.host)} {q(remote)}"
+
+
+def zk_wipe(sitemap: SiteMap, server: Server) -> str:
+    """Stop ZooKeeper on `server`, check it is gone, then wipe its data (not before)."""
+    data = q(f"{sitemap.cluster.zookeeper_data_dir}/version-2")
+    return stopped_then(
+        server,
+        f"zkServer.sh stop {zk_config(sitemap)}",
+        ZOOKEEPER_PROCESS,
+        f"ZooKeeper on {server.name}",
+        f"rm -rf {data}",
+    )
+
+
+def quorum_member(sitemap: SiteMap, server: Server) -> bool:
+    return server.runs("quorum") or server.runs("quorum-observer")
+
+
+def keeps_quorum(sitemap: SiteMap, site: str) -> bool:
+    """Whether the voters off `site` keep a majority of the metadata quorum."""
+    return quorum_survives(sitemap, (s.name for s in sitemap.servers_on(site)))
+
+
+def voter_tally(sitemap: SiteMap, site: str) -> str:
+    voters = sitemap.voters()
+    alive = [v for v in voters if v.site != site]
+    return f"{len(alive)} of {len(voters)} quorum voters are off site {site}"
 
 
 def split_site(sitemap: SiteMap, site: str) -> tuple[list[Server], list[Server]]:
@@ -182,14 +279,88 @@ def split_site(sitemap: SiteMap, site: str) -> tuple[list[Server], list[Server]]
     return lost, survivors
 
 
+def fence_step(sitemap: SiteMap, site: str, lost: Sequence[Server], keeps: bool) -> Step:
+    """Make sure the lost site is down, not merely unreachable from here (partition)."""
+    c = sitemap.cluster
+    kraft = c.quorum == "kraft"
+    commands = []
+    for s in lost:
+        stops = []
+        if s.runs("broker") or (kraft and quorum_member(sitemap, s)):
+            stops.append("kafka-server-stop.sh")
+        if not kraft and quorum_member(sitemap, s):
+            stops.append(f"zkServer.sh stop {zk_config(sitemap)}")
+        if stops:
+            commands.append(
+                f"ssh -o ConnectTimeout=10 {q(s.host)} {q('; '.join(stops))}   # if it answers"
+            )
+    for s in lost:
+        ports = [c.broker_port] if s.runs("broker") else []
+        if quorum_member(sitemap, s):
+            ports.append(c.controller_port if kraft else c.zookeeper_client_port)
+        commands += [
+            f"nc -z -w 3 {q(s.host)} {port} && echo {q(f'NOT FENCED: {s.name} port {port}')}"
+            for port in ports
+        ]
+    risk = (
+        "its brokers would keep leading partitions for the clients that still reach them, "
+        "and its quorum members would come back with the old membership"
+        if keeps
+        else "promoting a minority while the old majority still runs gives two metadata "
+        "quorums, each electing its own Kafka controller: split brain"
+    )
+    return Step(
+        f"Fence site {site}: make sure it is down, not just unreachable",
+        ", ".join(s.name for s in lost),
+        tuple(commands),
+        note=f"A network partition looks like a crash from here, but the site keeps running: "
+        f"{risk}. Stop its Kafka and ZooKeeper where ssh reaches it; otherwise fence each "
+        "server out of band (power it off through its BMC, or cut its links at the switch). "
+        "Disable their services' automatic start until failback. Every `nc` line must print "
+        f"nothing; go on only once every server of site {site} is fenced.",
+    )
+
+
+def keep_stopped_step(sitemap: SiteMap, site: str, restored: Sequence[Server]) -> Step:
+    """First failback step: the returning site's ZooKeeper and Kafka stay down for now."""
+    kraft = sitemap.cluster.quorum == "kraft"
+    commands = []
+    for s in restored:
+        if s.runs("broker") or (kraft and quorum_member(sitemap, s)):
+            commands.append(
+                stopped_then(s, "kafka-server-stop.sh", KAFKA_PROCESS, f"Kafka on {s.name}", "true")
+            )
+        if not kraft and quorum_member(sitemap, s):
+            commands.append(
+                stopped_then(
+                    s,
+                    f"zkServer.sh stop {zk_config(sitemap)}",
+                    ZOOKEEPER_PROCESS,
+                    f"ZooKeeper on {s.name}",
+                    "true",
+                )
+            )
+    services = "Kafka" if kraft else "ZooKeeper and Kafka"
+    return Step(
+        f"Keep site {site}'s {services} stopped",
+        ", ".join(s.name for s in restored),
+        tuple(commands),
+        note="Servers that come back may start their services on boot. A returning quorum "
+        "member would rejoin with stale, possibly divergent data and the old membership; a "
+        "returning broker would rejoin before the quorum is ready. Stop them (each command "
+        "fails if the process is still there after a minute) and keep their automatic start "
+        "disabled: the steps below start each one when its turn comes.",
+    )
+
+
 def confirm_step(sitemap: SiteMap, site: str, admin: Admin) -> Step:
     return Step(
         "Confirm the loss and what it does",
         admin.name,
         (
             f"crossbeat topology check MAP   # scenario: site {site}",
-            f"kafka-topics.sh --bootstrap-server {admin.bootstrap} --describe --under-replicated-partitions",
-            f"kafka-topics.sh --bootstrap-server {admin.bootstrap} --describe --unavailable-partitions",
+            f"kafka-topics.sh --bootstrap-server {q(admin.bootstrap)} --describe --under-replicated-partitions",
+            f"kafka-topics.sh --bootstrap-server {q(admin.bootstrap)} --describe --unavailable-partitions",
         ),
         note="Proceed only for a loss expected to last: every step below is undone by failback.",
     )
@@ -200,8 +371,8 @@ def verify_step(admin: Admin) -> Step:
         "Verify",
         admin.name,
         (
-            f"kafka-topics.sh --bootstrap-server {admin.bootstrap} --describe --under-min-isr-partitions",
-            f"kafka-topics.sh --bootstrap-server {admin.bootstrap} --describe --unavailable-partitions",
+            f"kafka-topics.sh --bootstrap-server {q(admin.bootstrap)} --describe --under-min-isr-partitions",
+            f"kafka-topics.sh --bootstrap-server {q(admin.bootstrap)} --describe --unavailable-partitions",
             "crossbeat topology check MAP",
         ),
         note="Both kafka-topics listings must be empty.",
@@ -225,6 +396,65 @@ def rf_note(before: Mapping[str, Assignment], after: Mapping[str, Assignment]) -
 
 def metadata_step(title: str, servers: Sequence[Server], note: str) -> Step:
     return Step(title, ", ".join(s.name for s in servers), note=note)
+
+
+def metadata_keeps_majority(sitemap: SiteMap, site: str) -> bool | None:
+    """Whether most servers running `metadata` are off `site` (None: the map has none)."""
+    members = [s for s in sitemap.servers if s.runs("metadata")]
+    if not members:
+        return None
+    return 2 * sum(s.site != site for s in members) > len(members)
+
+
+def metadata_failover_steps(sitemap: SiteMap, site: str) -> list[Step]:
+    """The metadata service's failover step, chosen by counting its members (seed 001)."""
+    keeps = metadata_keeps_majority(sitemap, site)
+    if keeps is None:
+        return []
+    if keeps:
+        alive = [s for s in sitemap.servers if s.site != site and s.runs("metadata")]
+        return [
+            metadata_step(
+                "Metadata: remove leader enforcement",
+                alive,
+                "Most metadata members survive: let the metadata leader run without the lost "
+                "site's members (seed 001; see the metadata service's documentation). The "
+                "embedded SQLite store has nothing to change.",
+            )
+        ]
+    standby = [s for s in sitemap.servers if s.site != site and s.runs("metadata-standby")]
+    note = (
+        "Most metadata members were on the lost site: run the metadata service's promotion "
+        "procedure (seed 001) before anything writes: the gateway and populator need a "
+        "metadata leader."
+    )
+    if not standby:
+        note += f" No warm stand-by survives: metadata stays unavailable until site {site} returns."
+    return [metadata_step("Metadata: promote the warm stand-by", standby, note)]
+
+
+def metadata_failback_steps(sitemap: SiteMap, site: str) -> list[Step]:
+    """Undo `metadata_failover_steps` once `site` is back."""
+    keeps = metadata_keeps_majority(sitemap, site)
+    if keeps is None:
+        return []
+    if keeps:
+        alive = [s for s in sitemap.servers if s.site != site and s.runs("metadata")]
+        return [
+            metadata_step(
+                "Metadata: re-enable leader enforcement",
+                alive,
+                "Undo the failover's change (seed 001; see the metadata service's documentation).",
+            )
+        ]
+    back = [s for s in sitemap.servers_on(site) if s.runs("metadata")]
+    return [
+        metadata_step(
+            f"Metadata: hand leadership back to site {site}",
+            back,
+            "Run the metadata service's failback procedure; the stand-by returns to warm stand-by.",
+        )
+    ]
 
 
 def standby_servers(sitemap: SiteMap, lost_site: str) -> list[Server]:

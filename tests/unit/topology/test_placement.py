@@ -15,6 +15,8 @@ from crossbeat.topology.placement import (
     leader_counts,
     pin_site_copies,
     rack_alternated_list,
+    spread_site_copies,
+    stable_draw,
 )
 
 # A shared 2-core machine: no per-example deadline, no too-slow health check.
@@ -110,6 +112,38 @@ def test_pin_site_copies_adds_one_copy_per_missing_site() -> None:
     assert pinned[4] == [3, 2, 4, 0]  # brokers 0 and 1 tie on load: lowest id
 
 
+def test_stable_draw_is_fixed_by_its_key() -> None:
+    assert stable_draw("crossbeat-bucket-notification", 5) == (3, 2)
+    assert stable_draw("a", 7) == stable_draw("a", 7)
+    draws = {stable_draw(f"topic-{i}", 5) for i in range(50)}
+    assert len(draws) > 10  # different topics do not all share one start
+    with pytest.raises(PlacementError):
+        stable_draw("a", 0)
+
+
+def test_spread_site_copies_gives_the_seed_two_copies_per_site() -> None:
+    aware = assign_replicas(SEED_SITES, 5, 4, start_index=0, shift=1)
+    assert aware[1] == [0, 4, 2, 3]  # Kafka's rack-aware walk: 3 + 1
+    spread = spread_site_copies(aware, SEED_SITES)
+    assert spread == {0: [2, 1, 4, 0], 1: [0, 4, 2, 1], 2: [3, 0, 1, 4], 3: [1, 3, 4, 0],
+                      4: [4, 1, 2, 0]}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("assignment", "sites"),
+    [
+        ({0: [0, 1, 2]}, {0: "a", 1: "b", 2: "b"}),  # RF 3 over 2 sites
+        ({0: [0, 1, 2, 3]}, {0: "a", 1: "b", 2: "b", 3: "b"}),  # site a has 1 broker
+        ({0: [0, 9]}, {0: "a"}),
+    ],
+)
+def test_spread_site_copies_refusals(
+    assignment: dict[int, list[int]], sites: dict[int, str]
+) -> None:
+    with pytest.raises(PlacementError):
+        spread_site_copies(assignment, sites)
+
+
 def test_pin_site_copies_rejects_unknown_brokers() -> None:
     with pytest.raises(PlacementError, match="without a site"):
         pin_site_copies({0: [0, 9]}, {0: "a"})
@@ -176,3 +210,35 @@ def test_pinned_assignment_covers_every_site(
     for replicas in pinned.values():
         assert {brokers[b] for b in replicas} == set(brokers.values())
         assert len(set(replicas)) == len(replicas)
+
+
+@RELAXED
+@given(
+    st.integers(2, 3).flatmap(
+        lambda n_sites: st.tuples(
+            st.just(n_sites),
+            st.lists(st.integers(2, 4), min_size=n_sites, max_size=n_sites),
+            st.integers(1, 30),
+            st.integers(0, 20),
+            st.integers(0, 20),
+        )
+    )
+)
+def test_spread_keeps_the_leader_and_splits_evenly(
+    inputs: tuple[int, list[int], int, int, int],
+) -> None:
+    n_sites, per_site, partitions, start, shift = inputs
+    sites = {}
+    for s, count in enumerate(per_site):
+        for _ in range(count):
+            sites[len(sites)] = f"site{s}"
+    share = min(per_site)
+    rf = share * n_sites
+    aware = assign_replicas(sites, partitions, rf, start_index=start, shift=shift)
+    spread = spread_site_copies(aware, sites)
+    for p, replicas in spread.items():
+        assert replicas[0] == aware[p][0]
+        assert len(replicas) == len(set(replicas)) == rf
+        counts = {sites[b] for b in replicas}
+        assert all(sum(sites[b] == s for b in replicas) == share for s in counts)
+        assert len(counts) == n_sites

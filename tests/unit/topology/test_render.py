@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 
 from crossbeat.topology import render
@@ -74,7 +75,7 @@ def test_plan_bundle(example: SiteMap, tmp_path: Path) -> None:
     doc = json.loads(files["plan.json"])
     notif = doc["topics"]["crossbeat-bucket-notification"]
     assert notif["assignment"]["0"] == [2, 1, 4, 0] and notif["acks"] == "all"
-    assert "--replica-assignment 2:1:4:0,0:4:2:3,3:0:1:4,1:3:4:2,4:1:2:0" in files["topics.sh"]
+    assert "--replica-assignment 2:1:4:0,0:4:2:1,3:0:1:4,1:3:4:0,4:1:2:0" in files["topics.sh"]
     reassign = json.loads(files["reassignment.json"])
     assert reassign["partitions"][0] == {
         "topic": "crossbeat-bucket-notification",
@@ -84,3 +85,42 @@ def test_plan_bundle(example: SiteMap, tmp_path: Path) -> None:
     written = write_plan(files, tmp_path / "out")
     assert len(written) == len(files)
     assert (tmp_path / "out" / "topics.sh").stat().st_mode & 0o111
+
+
+def _v6(example: SiteMap) -> SiteMap:
+    document = example.model_dump(mode="json")
+    document["servers"][0]["address"] = "fd00::65"  # md1
+    return SiteMap.model_validate(document)
+
+
+def test_ipv6_addresses_are_bracketed(example: SiteMap) -> None:
+    sitemap = _v6(example)
+    md1 = sitemap.server("md1")
+    zoo = render.planned_zookeeper_config(sitemap, md1)
+    assert "server.3=[fd00::65]:2888:3888\n" in zoo
+    props = _props(render.broker_properties(sitemap, md1))
+    assert props["advertised.listeners"] == "PLAINTEXT://[fd00::65]:9092"
+    assert props["zookeeper.connect"].startswith("[fd00::65]:2181,")
+    client = _props(render.client_properties(sitemap, md1))
+    assert client["bootstrap.servers"].startswith("[fd00::65]:9092,")
+    mm2 = _props(render.mirror_maker_properties(sitemap, plan_topics(sitemap), "site1", "site2"))
+    assert mm2["site1.bootstrap.servers"].startswith("[fd00::65]:9092,")
+    files = render_plan(sitemap, plan_topics(sitemap))
+    create = files["topics.sh"].splitlines()[3]
+    assert "--bootstrap-server '[fd00::65]:9092'" in create  # quoted: [] is a shell glob
+
+
+def test_ipv6_kraft_voters_are_bracketed(kraft_example: SiteMap) -> None:
+    sitemap = _v6(kraft_example)
+    voter = render.kraft_format_command(sitemap, sitemap.server("md1"), "/c")
+    assert "2@[fd00::65]:9093:" in voter
+    props = _props(render.broker_properties(sitemap, sitemap.server("md1")))
+    assert "[fd00::65]:9093" in props["controller.quorum.bootstrap.servers"]
+
+
+def test_topics_script_quotes_what_it_interpolates(example: SiteMap) -> None:
+    files = render_plan(example, plan_topics(example))
+    creates = [shlex.split(x) for x in files["topics.sh"].splitlines() if x.startswith("kafka")]
+    assert [c[c.index("--topic") + 1] for c in creates] == [t.name for t in example.topics]
+    for create in creates:
+        assert create[create.index("--config") + 1] == "min.insync.replicas=2"

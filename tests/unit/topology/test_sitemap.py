@@ -119,3 +119,92 @@ def test_durability_overrides_and_refusals() -> None:
     assert custom.min_insync_replicas == 2 and not custom.replayable
     with pytest.raises(TopologyError, match="exceeds replication factor"):
         resolve("notification", cluster_min_insync_replicas=2, replication_factor=1)
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "message"),
+    [
+        (
+            ("servers", 0, "name"),
+            "../../escaped",
+            "servers[0].name: '../../escaped' is not a safe name",
+        ),
+        (("servers", 0, "name"), ".hidden", "is not a safe name"),
+        (("sites", 0, "name"), "a/b", "sites[0].name: 'a/b' is not a safe name"),
+        (("sites", 0, "rack"), "r\nfoo=bar", "sites[0].rack"),
+        (("servers", 0, "address"), "h; rm -rf /", "servers[0].address: 'h; rm -rf /' is neither"),
+        (
+            ("topics", 0, "name"),
+            "a topic; echo pwned",
+            "topics[0].name: topic name 'a topic; echo pwned'",
+        ),
+        (("topics", 0, "name"), "..", "topic name '..' is not allowed by Kafka"),
+        (("topics", 0, "name"), "t" * 250, "longer than Kafka's 249 characters"),
+        (("cluster", "kafka_log_dirs"), "data; rm -rf /", "cluster.kafka_log_dirs"),
+        (("cluster", "zookeeper_data_dir"), "relative/dir", "not an absolute path"),
+    ],
+)
+def test_unsafe_names_are_refused(path: tuple[object, ...], value: str, message: str) -> None:
+    doc = _doc()
+    doc["cluster"] = {}
+    target: object = doc
+    for key in path[:-1]:
+        target = target[key]  # type: ignore[index]
+    target[path[-1]] = value  # type: ignore[index]
+    with pytest.raises(SiteMapError) as info:
+        parse_sitemap(doc)
+    assert message in str(info.value)
+
+
+def test_safe_names_and_addresses_are_accepted() -> None:
+    doc = _doc()
+    doc["servers"][0]["address"] = "fd00::65"  # type: ignore[index]
+    doc["servers"][1]["address"] = "md2.cluster1.example"  # type: ignore[index]
+    doc["topics"][0]["name"] = "__consumer_offsets.v2-" + "x" * 200  # type: ignore[index]
+    sitemap = parse_sitemap(doc)
+    assert sitemap.servers[0].endpoint(9092) == "[fd00::65]:9092"
+    assert sitemap.servers[1].endpoint(9092) == "md2.cluster1.example:9092"
+
+
+def test_topic_names_colliding_in_metrics_are_refused() -> None:
+    doc = _doc()
+    doc["topics"] = [
+        {"name": n, "workflow": "replication", "partitions": 1, "replication_factor": 2}
+        for n in ("a.b", "a_b")
+    ]
+    with pytest.raises(SiteMapError, match="'a.b' and 'a_b' collide"):
+        parse_sitemap(doc)
+
+
+def test_empty_and_brokerless_sites_are_refused() -> None:
+    doc = _doc()
+    doc["sites"].insert(0, {"name": "empty", "role": "minority"})  # type: ignore[attr-defined]
+    doc["sites"].append({"name": "c", "role": "minority"})  # type: ignore[attr-defined]
+    doc["servers"].append({"name": "c1", "site": "c", "id": 3, "services": ["quorum-observer"]})  # type: ignore[attr-defined]
+    with pytest.raises(SiteMapError) as info:
+        parse_sitemap(doc)
+    text = str(info.value)
+    assert "sites[0] (empty): no server is on this site" in text
+    assert "sites[3] (c): no server on this minority site runs 'broker'" in text
+
+
+def test_a_witness_site_needs_no_broker(witness: SiteMap) -> None:
+    assert witness.data_sites() == ["east", "west"] and witness.multi_site
+
+
+def test_a_minority_site_holding_most_voters_is_refused() -> None:
+    doc = _doc()
+    doc["servers"].append({"name": "s3", "site": "b", "id": 3, "services": ["quorum"]})  # type: ignore[attr-defined]
+    with pytest.raises(
+        SiteMapError, match=r"sites\[1\] \(b\): this minority site holds 2 of the 3"
+    ):
+        parse_sitemap(doc)
+
+
+def test_a_map_that_is_not_utf8_names_the_file(tmp_path: Path) -> None:
+    binary = tmp_path / "binary.toml"
+    binary.write_bytes(b"\xff\xfe garbage")
+    with pytest.raises(SiteMapError, match=f"site map {binary} is not UTF-8 text"):
+        load_sitemap(binary)
+    with pytest.raises(SiteMapError, match=f"cannot read site map {tmp_path}"):
+        load_sitemap(tmp_path)  # a directory
