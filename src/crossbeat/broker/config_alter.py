@@ -14,13 +14,12 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from crossbeat.broker.errors import ErrorCode
+from crossbeat.broker.topic_configs import LIST_CONFIGS
 from crossbeat.broker.topics import TopicError
 
 TOPIC, BROKER = 2, 4
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 _OP_NAMES = {SET: "SET", DELETE: "DELETE", APPEND: "APPEND", SUBTRACT: "SUBTRACT"}
-LIST_CONFIGS = frozenset({"cleanup.policy"})
-"""Configs of Kafka's LIST type, the only ones APPEND and SUBTRACT apply to."""
 
 
 def _invalid(message: str) -> TopicError:
@@ -80,7 +79,9 @@ def incremental_configs(current: dict[str, str], defaults: dict[str, str],
     TopicError(INVALID_CONFIG) with Kafka's message; a list's items are comma-separated,
     an unset list starts from its default (as in Kafka), APPEND skips items already
     present, and SUBTRACT of the last item leaves an empty value (which the config
-    check then judges)."""
+    check then judges: an empty `cleanup.policy` is valid, and keeps every record).
+    The lists are `topic_configs.LIST_CONFIGS`: `cleanup.policy` and the replication
+    throttles."""
     configs = dict(current)
     for c in ops:
         op = c.config_operation

@@ -30,7 +30,13 @@ from dataclasses import dataclass, field
 
 from crossbeat.broker.errors import ErrorCode
 from crossbeat.broker.recompress import missing_codec_library
-from crossbeat.broker.topic_configs import choice_config_error, numeric_config_error
+from crossbeat.broker.topic_configs import (
+    CONFIGS,
+    InvalidConfig,
+    check_name,
+    check_together,
+    check_value,
+)
 from crossbeat.stream import Stream, StreamStore
 from crossbeat.stream.settings import StreamSettings
 
@@ -46,17 +52,7 @@ MAX_NAME_LENGTH = 249  # Kafka's; the store's stream names leave room for "-<par
 _LEGAL_NAME = re.compile(rf"[a-zA-Z0-9._-]{{1,{MAX_NAME_LENGTH}}}")
 MAX_PARTITIONS = 10000
 
-SUPPORTED_CONFIGS = (
-    "cleanup.policy",
-    "retention.ms",
-    "retention.bytes",
-    "segment.bytes",
-    "segment.ms",
-    "message.timestamp.type",
-    "max.message.bytes",
-    "min.insync.replicas",
-    "compression.type",
-)
+SUPPORTED_CONFIGS = tuple(CONFIGS)
 """Topic configs we accept on CreateTopics and report in DescribeConfigs."""
 
 
@@ -116,38 +112,40 @@ def collision_key(name: str) -> str:
 
 
 def default_configs(stream: StreamSettings, max_message_bytes: int) -> dict[str, str]:
-    """Kafka's names for the defaults every topic inherits from the broker settings."""
-    return {
-        "cleanup.policy": "delete",
+    """The value every topic config takes when the topic does not set it: Kafka's default,
+    or the broker setting behind it."""
+    defaults = {key: spec.default for key, spec in CONFIGS.items() if spec.default is not None}
+    defaults.update({
         "retention.ms": str(stream.retention_ms if stream.retention_ms is not None else -1),
         "retention.bytes": str(stream.retention_bytes if stream.retention_bytes is not None else -1),
         "segment.bytes": str(stream.segment_bytes),
         "segment.ms": str(stream.segment_ms),
-        "message.timestamp.type": "CreateTime",
         "max.message.bytes": str(max_message_bytes),
-        "min.insync.replicas": "1",
-        "compression.type": "producer",
-    }
+    })
+    return defaults
 
 
-def check_configs(configs: dict[str, str]) -> None:
-    """Raise TopicError(INVALID_CONFIG) for a config we do not know or cannot honour
-    (including a compression.type whose codec library is not installed)."""
-    for key, value in configs.items():
-        if key not in SUPPORTED_CONFIGS:
-            raise TopicError(ErrorCode.INVALID_CONFIG, f"unsupported topic config {key!r}")
-        if key == "cleanup.policy" and value != "delete":
-            raise TopicError(ErrorCode.INVALID_CONFIG, "only cleanup.policy=delete is supported")
-        if key == "message.timestamp.type" and value not in ("CreateTime", "LogAppendTime"):
-            raise TopicError(ErrorCode.INVALID_CONFIG, f"invalid message.timestamp.type {value!r}")
-        message = numeric_config_error(key, value) or choice_config_error(key, value)
-        if message is not None:
-            raise TopicError(ErrorCode.INVALID_CONFIG, message)
-        if key == "compression.type" and (package := missing_codec_library(value)) is not None:
-            # accepting it would store batches in a codec other than the one reported
-            raise TopicError(ErrorCode.INVALID_CONFIG,
-                             f"compression.type {value} is not available on this broker: "
-                             f"it needs {package}, which is not installed")
+def check_configs(configs: dict[str, str]) -> dict[str, str]:
+    """`configs` as they are stored (see `topic_configs.check_value`); raises
+    TopicError(INVALID_CONFIG) for a config we do not know or cannot honour (including a
+    compression.type whose codec library is not installed). Names are checked before
+    values, as Kafka does."""
+    checked: dict[str, str] = {}
+    try:
+        for key in configs:
+            check_name(key)
+        for key, value in configs.items():
+            checked[key] = check_value(key, value)
+        check_together(checked)
+    except InvalidConfig as exc:
+        raise TopicError(ErrorCode.INVALID_CONFIG, str(exc)) from None
+    codec = checked.get("compression.type")
+    if codec is not None and (package := missing_codec_library(codec)) is not None:
+        # accepting it would store batches in a codec other than the one reported
+        raise TopicError(ErrorCode.INVALID_CONFIG,
+                         f"compression.type {codec} is not available on this broker: "
+                         f"it needs {package}, which is not installed")
+    return checked
 
 
 def _kafka_configs(config: dict[str, str]) -> dict[str, str]:
@@ -279,8 +277,7 @@ class Topics:
         if not 1 <= num_partitions <= MAX_PARTITIONS:
             raise TopicError(ErrorCode.INVALID_PARTITIONS,
                              f"number of partitions must be 1-{MAX_PARTITIONS}, not {num_partitions}")
-        configs = dict(configs or {})
-        check_configs(configs)
+        configs = check_configs(dict(configs or {}))
         if validate_only:
             return None
         try:
@@ -331,13 +328,12 @@ class Topics:
         raises TopicError (unknown topic, bad config; KAFKA_STORAGE_ERROR if the disk
         refuses, the old configs staying in force). Persisted before returning; takes
         effect on the next produce (size, codec, timestamp type, min ISR) and the next
-        retention pass or segment roll (retention and segment limits)."""
+        retention pass or segment roll (cleanup policy, retention and segment limits)."""
         topic = self._topics.get(name)
         if topic is None:
             raise TopicError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                              f"The topic '{name}' does not exist.")
-        configs = dict(configs)
-        check_configs(configs)
+        configs = check_configs(dict(configs))
         if validate_only or configs == topic.configs:
             return
         old = topic.configs

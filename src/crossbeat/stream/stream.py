@@ -33,7 +33,14 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True, slots=True)
 class StreamLimits:
-    """The segment and retention limits that apply to one stream."""
+    """The segment and retention limits that apply to one stream.
+
+    Retention (time and size, the stream's own or the store's) applies only when the
+    stream's `cleanup.policy` names `delete`, as in Kafka: the default, `delete`, and
+    `compact,delete`. A `compact` topic, or one with an empty policy, has no retention
+    limits and keeps every record: no log cleaner runs here, and Kafka's compaction
+    promises only that at least each key's latest record is kept. (DeleteRecords still
+    moves its start here, where Kafka refuses it on such a topic: POLICY_VIOLATION.)"""
 
     segment_bytes: int
     segment_ms: int
@@ -56,6 +63,10 @@ class StreamLimits:
         seg_ms = number("segment.ms")
         ret_ms = number("retention.ms")
         ret_bytes = number("retention.bytes")
+        # Kafka's LogConfig.delete: "delete" among the policy's comma-separated items
+        policy = config.get("cleanup.policy", "delete")
+        if "delete" not in (item.strip().lower() for item in policy.split(",")):
+            ret_ms = ret_bytes = -1  # no retention, whatever the topic or store says
         return cls(
             segment_bytes=settings.segment_bytes
             if seg_bytes is None
@@ -122,7 +133,8 @@ class Stream:
     def limits(self) -> StreamLimits:
         """Effective segment and retention limits: Kafka topic configs in `config`
         (`segment.bytes`, `segment.ms`, `retention.ms`, `retention.bytes`; -1 = unlimited
-        for retention) override the store's settings; unparsable values are ignored."""
+        for retention) override the store's settings; unparsable values are ignored. A
+        `cleanup.policy` without `delete` turns retention off (see `StreamLimits`)."""
         if self._limits is None:
             self._limits = StreamLimits.resolve(self._meta.config, self._store.settings)
         return self._limits

@@ -70,7 +70,9 @@ def test_checks_and_operations(loop_broker: LoopBroker) -> None:
             (bad[1], "Can't APPEND to key retention.ms because its type is not LIST.")]
         assert _incremental(sock, [(TOPIC, "t", [("retention.ms", SET, "-2")])]) == [
             (bad[1], "Invalid value -2 for configuration retention.ms: Value must be at least -1")]
-        assert _incremental(sock, [(TOPIC, "t", [("cleanup.policy", APPEND, "compact")])])[0][0] == bad[1]
+        assert _incremental(sock, [(TOPIC, "t", [("cleanup.policy", APPEND, "Compact")])]) == [
+            (bad[1], "Invalid value Compact for configuration cleanup.policy: String must be one "
+                     "of: compact, delete")]
         assert _incremental(sock, [(TOPIC, "t", [("no.such", SET, "1")])])[0][0] == bad[1]
         assert _incremental(sock, [(TOPIC, "nope", [("retention.ms", SET, "1")])]) == [
             (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "The topic 'nope' does not exist.")]
@@ -89,9 +91,15 @@ def test_checks_and_operations(loop_broker: LoopBroker) -> None:
         assert _incremental(sock, [(TOPIC, "t", [("retention.ms", SET, "5000"),
                                                  ("cleanup.policy", APPEND, "delete")])]) == [(0, None)]
         assert _explicit(sock, "t") == {"retention.ms": "5000", "cleanup.policy": "delete"}
-        assert _incremental(sock, [(TOPIC, "t", [("cleanup.policy", SUBTRACT, "delete")])]) == [
-            (bad[1], "only cleanup.policy=delete is supported")]
+        assert _incremental(sock, [(TOPIC, "t", [("cleanup.policy", APPEND, "compact")])]) == [
+            (0, None)]
+        assert _explicit(sock, "t") == {"retention.ms": "5000", "cleanup.policy": "delete,compact"}
+        # the last item subtracted leaves an empty list, which Kafka accepts (keep forever)
+        assert _incremental(sock, [(TOPIC, "t", [("cleanup.policy", SUBTRACT, "delete,compact")])]) == [
+            (0, None)]
+        assert _explicit(sock, "t") == {"retention.ms": "5000", "cleanup.policy": ""}
         assert _incremental(sock, [(TOPIC, "t", [("retention.ms", DELETE, None),
+                                                 ("cleanup.policy", SET, "delete"),
                                                  ("segment.ms", SET, "60000")])]) == [(0, None)]
         assert _explicit(sock, "t") == {"cleanup.policy": "delete", "segment.ms": "60000"}
 

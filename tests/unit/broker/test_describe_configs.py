@@ -54,7 +54,12 @@ def test_sources_synonyms_types_and_documentation(tmp_path: Path) -> None:
             assert {k for k, c in v1.items() if c.config_source == 5} == {
                 "cleanup.policy", "compression.type", "max.message.bytes",
                 "message.timestamp.type", "min.insync.replicas", "retention.bytes",
-                "segment.bytes"}
+                "segment.bytes", "delete.retention.ms", "min.compaction.lag.ms",
+                "max.compaction.lag.ms", "min.cleanable.dirty.ratio", "segment.index.bytes",
+                "segment.jitter.ms", "file.delete.delay.ms", "flush.messages", "flush.ms",
+                "index.interval.bytes", "preallocate", "unclean.leader.election.enable",
+                "message.downconversion.enable", "leader.replication.throttled.replicas",
+                "follower.replication.throttled.replicas", "remote.storage.enable"}
 
             plain = _describe(sock, 3, TOPIC, "t")  # neither asked for
             assert plain["segment.ms"].synonyms == [] and plain["segment.ms"].documentation is None

@@ -8,6 +8,11 @@ it, else 5. With `include_synonyms` (v1+) each entry lists, most specific first,
 value could come from: the topic's override, then the broker config Kafka names for it
 (`log.retention.ms` for `retention.ms`, ...) with the broker's value. v3 adds each config's
 type (Kafka's ConfigType) and, with `include_documentation`, a line of documentation.
+
+A topic reports every config it accepts (`crossbeat.broker.topic_configs.CONFIGS`), each with
+Kafka's type, default and synonym; one Kafka names no broker synonym for (the replication
+throttles, `remote.storage.enable`) reports Kafka's default with source 5 and no synonyms,
+as Kafka does.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from kafka.protocol.admin import DescribeConfigsResponse
 from crossbeat.broker.errors import ErrorCode
 from crossbeat.broker.handlers.context import Context
 from crossbeat.broker.settings import BrokerSettings
+from crossbeat.broker.topic_configs import BOOLEAN, CONFIGS, DOUBLE, INT, LIST, LONG, STRING
 from crossbeat.broker.topics import default_configs
 
 _Result = DescribeConfigsResponse.DescribeConfigsResult
@@ -27,27 +33,9 @@ _Synonym = _Config.DescribeConfigsSynonym
 TOPIC, BROKER = 2, 4
 SOURCE_TOPIC, SOURCE_STATIC_BROKER, SOURCE_DEFAULT = 1, 4, 5
 # Kafka's ConfigType
-_BOOLEAN, _STRING, _INT, _LONG, _LIST = 1, 2, 3, 5, 7
-
-# topic config -> (the broker config Kafka names as its synonym, type, documentation)
-TOPIC_CONFIGS: dict[str, tuple[str, int, str]] = {
-    "cleanup.policy": ("log.cleanup.policy", _LIST,
-                       "What happens to old segments: delete (the only policy offered here)."),
-    "retention.ms": ("log.retention.ms", _LONG,
-                     "How long a segment is kept after its newest record; -1: no time limit."),
-    "retention.bytes": ("log.retention.bytes", _LONG,
-                        "The most bytes a partition keeps before old segments go; -1: no limit."),
-    "segment.bytes": ("log.segment.bytes", _INT, "The size at which a segment is rolled."),
-    "segment.ms": ("log.roll.ms", _LONG, "The age at which a segment is rolled, full or not."),
-    "message.timestamp.type": ("log.message.timestamp.type", _STRING,
-                               "CreateTime (the producer's) or LogAppendTime (the broker's)."),
-    "max.message.bytes": ("message.max.bytes", _INT,
-                          "The largest record batch the topic accepts, after compression."),
-    "min.insync.replicas": ("min.insync.replicas", _INT,
-                            "The replicas that must have a batch for acks=all to succeed."),
-    "compression.type": ("compression.type", _STRING,
-                         "The codec batches are stored in; producer: as produced."),
-}
+_BOOLEAN, _STRING, _INT, _LONG, _DOUBLE, _LIST = 1, 2, 3, 5, 6, 7
+_TOPIC_TYPES = {BOOLEAN: _BOOLEAN, STRING: _STRING, INT: _INT, LONG: _LONG, DOUBLE: _DOUBLE,
+                LIST: _LIST}
 # crossbeat settings behind each broker-level default: set by the operator -> STATIC_BROKER
 _SETTING_BEHIND = {
     "retention.ms": ("stream", "retention_ms"),
@@ -96,18 +84,22 @@ async def handle(ctx: Context, req: Any) -> Any:
                 for key in sorted(set(defaults) | set(topic.configs)):
                     if keys is not None and key not in keys:
                         continue
-                    synonym, kind, doc = TOPIC_CONFIGS.get(key, (key, _STRING, ""))
-                    inherited = (synonym, defaults.get(key), _broker_source(settings, key))
-                    chain = [inherited] if key in defaults else []
+                    spec = CONFIGS.get(key)
+                    # the broker config the value falls back to, where Kafka has one
+                    chain = [] if spec is None or spec.synonym is None else [
+                        (spec.synonym, defaults.get(key), _broker_source(settings, key))]
                     if key in topic.configs:
                         chain.insert(0, (key, topic.configs[key], SOURCE_TOPIC))
-                    _name, value, source = chain[0]
+                    # neither: Kafka's own default, with no synonym to name
+                    value, source = ((chain[0][1], chain[0][2]) if chain
+                                     else (defaults.get(key), SOURCE_DEFAULT))
                     configs.append(_Config(
                         name=key, value=value, read_only=False, config_source=source,
                         is_default=source == SOURCE_DEFAULT, is_sensitive=False,
                         synonyms=[_Synonym(name=n, value=v, source=src) for n, v, src in chain]
                         if synonyms_asked else [],
-                        config_type=kind, documentation=doc if docs_asked else None))
+                        config_type=_TOPIC_TYPES[spec.kind] if spec else _STRING,
+                        documentation=(spec.doc if spec else "") if docs_asked else None))
         elif res.resource_type == BROKER:
             values = {
                 "broker.id": str(broker.node_id),
