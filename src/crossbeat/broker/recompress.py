@@ -254,7 +254,7 @@ def _decoded(batch: bytes | bytearray | memoryview, header: BatchHeader, limit: 
 
 
 def recompress(batch: bytes | bytearray | memoryview, header: BatchHeader, codec: int, *,
-               max_decoded_bytes: int) -> bytearray:
+               max_decoded_bytes: int, require_keys: bool = False) -> bytearray:
     """Rebuild the validated RecordBatch v2 `batch` (whose parsed header is `header`) with
     codec id `codec`, keeping what the module docstring lists.
 
@@ -264,7 +264,8 @@ def recompress(batch: bytes | bytearray | memoryview, header: BatchHeader, codec
     caller checks against `max.message.bytes` itself.
 
     Raises CorruptBatch when its records cannot be decoded (bad compressed data, records
-    that do not match the header's count, malformed record fields), and CodecUnavailable
+    that do not match the header's count, malformed record fields), InvalidRecords for a
+    record without a key when `require_keys` (a compacted topic's), and CodecUnavailable
     when the batch's codec or `codec` needs a library that is not installed.
     """
     if header.compression not in _NAMES:
@@ -280,8 +281,12 @@ def recompress(batch: bytes | bytearray | memoryview, header: BatchHeader, codec
         # any failure of the record parser means records that are not records (kafka's
         # CorruptRecordError, UnicodeDecodeError for a header key...)
         for delta, record in enumerate(plain_source):
+            if require_keys and record.key is None:
+                raise _keyless()
             builder.append(delta, timestamp=record.timestamp, key=record.key,
                            value=record.value, headers=record.headers)
+    except InvalidRecords:
+        raise
     except Exception as exc:
         raise InvalidRecords(f"cannot decode the {_NAMES[header.compression]} records of the "
                              f"batch: {exc}") from exc
@@ -312,15 +317,21 @@ def recompress(batch: bytes | bytearray | memoryview, header: BatchHeader, codec
     return out
 
 
+def _keyless() -> InvalidRecords:
+    # Kafka's LogValidator message; a compacted log is keyed by record key
+    return InvalidRecords("Compacted topic cannot accept message without key")
+
+
 def check_records(batch: bytes | bytearray | memoryview, header: BatchHeader, *,
-                  max_decoded_bytes: int) -> None:
+                  max_decoded_bytes: int, require_keys: bool = False) -> None:
     """Raise unless every record of the validated RecordBatch v2 `batch` parses: exactly the
     header's count of them, with offset deltas 0..n-1 and nothing after the last. A
     compressed batch is decompressed for it, bounded as `recompress` is (DecodedTooLarge).
 
     What a batch stored as produced gets, as Kafka's broker walks every record of every
     batch it appends: a batch whose CRC holds but whose records are garbage was stored, and
-    every consumer stopped at it (librdkafka silently, for good). Raises InvalidRecords,
+    every consumer stopped at it (librdkafka silently, for good). Raises InvalidRecords
+    (also for a record without a key when `require_keys`: a compacted topic's, as Kafka),
     CorruptBatch (records that do not decompress), CodecUnavailable. The walk is
     aiokafka's C parser: about 0.1 us a record (0.13-0.33 with zstd or lz4 decompression).
     """
@@ -340,6 +351,8 @@ def check_records(batch: bytes | bytearray | memoryview, header: BatchHeader, *,
             if record.offset != header.base_offset + count - 1:
                 raise InvalidRecords(f"record {count - 1} of the batch has offset delta "
                                      f"{record.offset - header.base_offset}")
+            if require_keys and record.key is None:
+                raise _keyless()
     except CorruptRecordException as exc:
         raise InvalidRecords(f"invalid record structure: {exc}") from exc
     except UnicodeDecodeError as exc:

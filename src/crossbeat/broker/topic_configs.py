@@ -285,3 +285,15 @@ def check_together(configs: dict[str, str]) -> None:
     if low > high:
         raise InvalidConfig(f"conflict topic config setting min.compaction.lag.ms ({low}) > "
                             f"max.compaction.lag.ms ({high})")
+
+
+def compacted(configs: dict[str, str]) -> bool:
+    """Does the topic's cleanup.policy name `compact`? Its records then need keys (Kafka
+    refuses a record without one: INVALID_RECORD), whether or not a cleaner runs."""
+    return "compact" in _list_items(configs.get("cleanup.policy", "delete"))
+
+
+def deletes(configs: dict[str, str]) -> bool:
+    """Does the topic's cleanup.policy name `delete` (Kafka's LogConfig.delete)? Without it
+    neither retention nor DeleteRecords removes records."""
+    return "delete" in _list_items(configs.get("cleanup.policy", "delete"))

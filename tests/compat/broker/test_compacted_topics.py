@@ -194,3 +194,26 @@ def test_kafka_python_creates_and_describes_a_compacted_topic(broker: BrokerProc
         admin.close()
     assert {k: c["value"] for k, c in modified.items()} == configs  # the topic's own
     assert len(every) == 25 and every["delete.retention.ms"]["value"] == "100"
+
+
+def test_a_compacted_topic_refuses_records_without_a_key(broker: BrokerProcess) -> None:
+    """As Kafka's LogValidator: a compacted log is keyed, so a keyless record is
+    INVALID_RECORD (the batch is stored neither compressed nor as produced), and
+    DeleteRecords is POLICY_VIOLATION where retention does not apply either."""
+    from confluent_kafka import KafkaError
+
+    admin = AdminClient({"bootstrap.servers": broker.address})
+    for topic, codec in (("keyed-plain", "producer"), ("keyed-zstd", "zstd")):
+        admin.create_topics([NewTopic(topic, 1, 1, config={"cleanup.policy": "compact",
+                                                           "compression.type": codec})])[topic].result(20)
+        errors: list[Any] = []
+        producer = Producer({"bootstrap.servers": broker.address, "linger.ms": 0, "retries": 0})
+        producer.produce(topic, value=b"no key", on_delivery=lambda err, _m: errors.append(err))
+        producer.flush(20)
+        assert len(errors) == 1 and errors[0] is not None, errors
+        assert errors[0].code() == KafkaError.INVALID_RECORD, errors[0]
+        assert produce_all(broker.address, topic, [(b"k", b"v")])[0][1] == 0  # nothing stored before
+        result = admin.delete_records([TopicPartition(topic, 0, 1)])
+        with pytest.raises(Exception, match="POLICY_VIOLATION"):
+            next(iter(result.values())).result(20)
+        assert watermarks(broker.address, topic, 0) == (0, 1)

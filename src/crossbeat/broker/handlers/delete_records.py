@@ -6,8 +6,9 @@ answers its low watermark afterwards (-1 on error). The new start is durable bef
 answer, Fetch below it answers OFFSET_OUT_OF_RANGE and ListOffsets earliest returns it;
 whole segments below it are deleted at once (`Stream.delete_before`). A start the disk
 refuses to record is KAFKA_STORAGE_ERROR for that partition, as Kafka answers for a failed
-log directory, and leaves it where it was. The single replica is always in sync, so the
-request's timeout is never waited on.
+log directory, and leaves it where it was. A topic whose cleanup.policy lacks `delete` (a
+compact-only one) is POLICY_VIOLATION, as in Kafka: its records go only by compaction. The
+single replica is always in sync, so the request's timeout is never waited on.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from kafka.protocol.admin import DeleteRecordsResponse
 
 from crossbeat.broker.errors import ErrorCode
 from crossbeat.broker.handlers.context import Context
+from crossbeat.broker.topic_configs import deletes
 from crossbeat.stream.errors import OffsetOutOfRange, StreamError
 
 log = logging.getLogger(__name__)
@@ -35,9 +37,12 @@ async def handle(ctx: Context, req: Any) -> Any:
         parts = []
         for p in t.partitions:
             stream = topics.partition(t.name, p.partition_index)
+            topic = topics.get(t.name)
             code, low = ErrorCode.NONE, -1
-            if stream is None:
+            if stream is None or topic is None:
                 code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            elif not deletes(topic.configs):
+                code = ErrorCode.POLICY_VIOLATION
             else:
                 offset = stream.end_offset if p.offset == HIGH_WATERMARK else p.offset
                 try:

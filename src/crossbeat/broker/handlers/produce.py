@@ -68,6 +68,7 @@ from crossbeat.broker.recompress import (
     recompress,
     target_codec,
 )
+from crossbeat.broker.topic_configs import compacted
 from crossbeat.stream.batch import (
     CRC_START,
     BatchHeader,
@@ -191,6 +192,7 @@ async def produce_one(ctx: Context, topic_name: str, index: int, records: Any,
         return _fail(ErrorCode.INVALID_RECORD, "control batches are written by the broker only")
     if header.compression > _MAX_COMPRESSION:
         return _fail(ErrorCode.CORRUPT_MESSAGE, f"unknown compression codec {header.compression}")
+    keyed = compacted(topic.configs)  # a compacted topic refuses records without a key
     codec = target_codec(topic.configs)
     if codec == header.compression:
         codec = None  # stored as produced
@@ -210,12 +212,13 @@ async def produce_one(ctx: Context, topic_name: str, index: int, records: Any,
         if codec is not None:
             # before the sequence check, so a batch refused here leaves no pending state; a
             # large one in a worker thread, while the batches ahead of it are appended
-            rebuilt = await _rebuild(ctx, topic_name, index, records, header, codec, limit, offload)
+            rebuilt = await _rebuild(ctx, topic_name, index, records, header, codec, limit, offload,
+                                     keyed)
             if not isinstance(rebuilt, bytearray):
                 return rebuilt
             buf = rebuilt
         else:
-            refused = await _check(ctx, topic_name, index, records, header, offload)
+            refused = await _check(ctx, topic_name, index, records, header, offload, keyed)
             if refused is not None:
                 return refused
         if turn is not None:
@@ -282,7 +285,7 @@ async def produce_one(ctx: Context, topic_name: str, index: int, records: Any,
 
 
 async def _rebuild(ctx: Context, topic_name: str, index: int, records: Any, header: Any,
-                   codec: int, limit: int, offload: bool) -> bytearray | Outcome:
+                   codec: int, limit: int, offload: bool, keyed: bool) -> bytearray | Outcome:
     """The batch rebuilt in the topic's codec, or the answer refusing it."""
     decoded_limit = ctx.broker.settings.max_decompressed_batch_bytes
     if codec == 0:  # stored uncompressed, the decoded batch is the one to check
@@ -290,9 +293,10 @@ async def _rebuild(ctx: Context, topic_name: str, index: int, records: Any, head
     try:
         if offload:  # not on the event loop: other clients are served meanwhile
             buf = await asyncio.to_thread(recompress, records, header, codec,
-                                          max_decoded_bytes=decoded_limit)
+                                          max_decoded_bytes=decoded_limit, require_keys=keyed)
         else:
-            buf = recompress(records, header, codec, max_decoded_bytes=decoded_limit)
+            buf = recompress(records, header, codec, max_decoded_bytes=decoded_limit,
+                             require_keys=keyed)
     except (DecodedTooLarge, CorruptBatch, CodecUnavailable) as exc:
         return _undecodable(ctx, topic_name, index, exc)
     if len(buf) > limit:  # Kafka checks the rebuilt batch again
@@ -302,15 +306,16 @@ async def _rebuild(ctx: Context, topic_name: str, index: int, records: Any, head
 
 
 async def _check(ctx: Context, topic_name: str, index: int, records: Any, header: Any,
-                 offload: bool) -> Outcome | None:
+                 offload: bool, keyed: bool) -> Outcome | None:
     """None if every record of a batch stored as produced parses, else the answer refusing
     it, as `_rebuild` refuses a batch it cannot decode."""
     decoded_limit = ctx.broker.settings.max_decompressed_batch_bytes
     try:
         if offload:  # not on the event loop: other clients are served meanwhile
-            await asyncio.to_thread(check_records, records, header, max_decoded_bytes=decoded_limit)
+            await asyncio.to_thread(check_records, records, header, max_decoded_bytes=decoded_limit,
+                                    require_keys=keyed)
         else:
-            check_records(records, header, max_decoded_bytes=decoded_limit)
+            check_records(records, header, max_decoded_bytes=decoded_limit, require_keys=keyed)
     except (DecodedTooLarge, CorruptBatch, CodecUnavailable) as exc:
         return _undecodable(ctx, topic_name, index, exc)
     return None
