@@ -203,10 +203,11 @@ def test_a_compacted_topic_refuses_records_without_a_key(broker: BrokerProcess) 
     from confluent_kafka import KafkaError
 
     admin = AdminClient({"bootstrap.servers": broker.address})
+    errors: list[Any] = []
     for topic, codec in (("keyed-plain", "producer"), ("keyed-zstd", "zstd")):
         admin.create_topics([NewTopic(topic, 1, 1, config={"cleanup.policy": "compact",
                                                            "compression.type": codec})])[topic].result(20)
-        errors: list[Any] = []
+        errors.clear()
         producer = Producer({"bootstrap.servers": broker.address, "linger.ms": 0, "retries": 0})
         producer.produce(topic, value=b"no key", on_delivery=lambda err, _m: errors.append(err))
         producer.flush(20)
