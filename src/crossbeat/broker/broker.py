@@ -6,6 +6,7 @@ Directory layout under `settings.data_dir`::
     streams/          the stream store (one stream per topic partition)
     offsets.log       committed offsets, groups' Empty times (see offsets.py)
     producer_ids      next free producer id block (see producers.py)
+    producer_snapshots/  each partition's idempotent producers (see producer_snapshots.py)
     transactions.log  transactional ids and their transactions (see txn_log.py)
 """
 
@@ -29,6 +30,7 @@ from crossbeat.stream import StreamStore
 
 log = logging.getLogger(__name__)
 
+SNAPSHOT_CHECK_INTERVAL = 1.0  # seconds between looks for producer state snapshots due
 MAX_TXN_TIMEOUT_MS = 900_000  # Kafka's transaction.max.timeout.ms default
 
 
@@ -48,7 +50,7 @@ class Broker:
             consumer_session_timeout_ms=settings.group_consumer_session_timeout_ms,
             on_members_change=offsets.note_members,
         )
-        self.producers = ProducerStates()
+        self.producers = ProducerStates(settings.data_dir / "producer_snapshots")
         self.producer_ids = ProducerIdAllocator(settings.data_dir)
         self.partition_txns = PartitionTxns()
         self.produce_order = ProduceOrder()
@@ -58,11 +60,14 @@ class Broker:
         self.host = "127.0.0.1"
         self.port = 9092
         self._sweeper: asyncio.Task[None] | None = None
+        self._snapshots: asyncio.Task[None] | None = None
 
     @classmethod
     async def open(cls, settings: BrokerSettings) -> Broker:
         """Open (recovering) the store and offsets under `settings.data_dir`."""
         settings.data_dir.mkdir(parents=True, exist_ok=True)
+        # before anything else is written there: see ProducerIdAllocator.prepare
+        await asyncio.to_thread(ProducerIdAllocator.prepare, settings.data_dir)
         store = await StreamStore.open(settings.data_dir / "streams", settings.stream)
         try:
             offsets = await OffsetStore.open(settings.data_dir, settings.offsets_compact_after)
@@ -71,6 +76,8 @@ class Broker:
             raise
         broker = cls(settings, store, offsets)
         try:
+            partitions = {s.name for topic in broker.topics.all() for s in topic.partitions}
+            await asyncio.to_thread(broker.producers.prune, partitions)
             docs = await asyncio.to_thread(broker.txn_log.load)
             broker.txns = TxnCoordinator(broker, docs, MAX_TXN_TIMEOUT_MS)
             await broker.txns.recover()
@@ -92,6 +99,7 @@ class Broker:
         next_producers = loop.time() + producer_interval
         tid_interval = self.settings.transactional_id_cleanup_interval_ms / 1000
         next_tids = loop.time() + tid_interval
+        next_snapshots = loop.time() + SNAPSHOT_CHECK_INTERVAL
         while True:
             await asyncio.sleep(SWEEP_INTERVAL)
             try:
@@ -130,6 +138,18 @@ class Broker:
                     await self.txns.remove_expired(self.settings.transactional_id_expiration_ms)
                 except Exception:
                     log.exception("transactional id expiry failed")
+            if loop.time() >= next_snapshots:
+                next_snapshots = loop.time() + SNAPSHOT_CHECK_INTERVAL
+                # a task of its own: its fsyncs must not hold up the group sweep
+                if self._snapshots is None or self._snapshots.done():
+                    self._snapshots = asyncio.create_task(self._save_producer_states(),
+                                                          name="producer-snapshots")
+
+    async def _save_producer_states(self, everything: bool = False) -> None:
+        try:
+            await self.producers.save_due(everything=everything)
+        except Exception:
+            log.exception("producer state snapshots failed")
 
     def _in_transaction(self, stream_name: str, producer_id: int) -> bool:
         """Whether `producer_id` has a transaction open on the partition `stream_name`."""
@@ -143,6 +163,12 @@ class Broker:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._sweeper
             self._sweeper = None
+        self.producers.closing()
+        if self._snapshots is not None:
+            await self._snapshots  # in a worker thread: cannot be cancelled
+            self._snapshots = None
+        # after the server stopped taking requests, before the store closes
+        await self._save_producer_states(everything=True)
         self.groups.close()
         self.txn_log.close()
         await self.offsets.close()

@@ -16,8 +16,8 @@ Markers and offset commits that succeeded are remembered (in memory) until the C
 state is written, so a retry after a partial failure does only the rest: one marker per
 partition per Prepare state, as Kafka's marker channel retries only the partitions that
 failed. A crash in between is finished at the next open (`recover`): a PrepareCommit is
-committed again (markers and offsets repeated once are harmless), anything else open is
-aborted.
+committed again, a PrepareAbort aborted again (markers and offsets repeated once are
+harmless).
 
 Fencing: InitProducerId for a known id bumps its epoch (aborting its open transaction with
 the new epoch first), so requests with the older epoch get PRODUCER_FENCED (the handlers
@@ -27,8 +27,14 @@ fences the producer that let it time out. InitProducerId v3+ naming the current 
 previous (id, epoch) is a running producer recovering (KIP-360): bumped, not fenced.
 Operations on one id are serialised by a lock.
 
-A transaction still open when the broker stops is aborted when it restarts (with a bumped
-epoch), not left to time out: its producer's connection ended with the broker.
+A transaction still Ongoing when the broker stops is kept when it restarts, as Kafka keeps
+it: its producer reconnects and may go on and commit it, and if it does not, `expire` aborts
+it (fencing the producer) once its timeout has passed since it began, counted across the
+restart. The partitions can take it up again: each rebuilds its open transactions and last
+stable offset from its log (`partition_txns`), and its producers' epochs and sequences from
+its producer state snapshot and log (`producers`); `recover` builds the transaction indexes
+of the kept transactions' partitions at once, so that what reads them without building them
+(DescribeProducers, producer expiry) sees those transactions open.
 
 A transactional id whose state has not changed for `transactional_id_expiration_ms`
 (Kafka's transactional.id.expiration.ms, 7 days) and that has no transaction under way is
@@ -218,22 +224,34 @@ class TxnCoordinator:
 
     # -- recovery and timeouts -------------------------------------------------------------
     async def recover(self) -> None:
-        """Finish what the last run left: PrepareCommit is committed, any other open
-        transaction aborted (markers, offsets, Complete state). One that cannot be finished
-        now (a storage error, logged) stays in its Prepare state for `expire` to retry."""
+        """Finish what the last run left: a Prepare state is completed as decided (markers,
+        offsets, Complete state), with the epoch it was decided under: its producer, which
+        may be retrying EndTxn, is not fenced. One that cannot be finished now (a storage
+        error, logged) stays in its Prepare state for `expire` to retry. An Ongoing
+        transaction is kept (see the module docstring); its partitions' transaction
+        indexes are built now."""
         for txn in list(self._txns.values()):
             async with self._lock(txn.tid):
                 try:
-                    if txn.state == PREPARE_COMMIT:
+                    if txn.state in (PREPARE_COMMIT, PREPARE_ABORT):
                         await self._complete(txn)
-                    elif txn.state in (ONGOING, PREPARE_ABORT):
-                        log.info("aborting transaction of %r left open by the previous run",
-                                 txn.tid)
-                        await self._abort_fencing(txn)
+                    elif txn.state == ONGOING:
+                        left_ms = txn.started_ms + txn.timeout_ms - _now_ms()
+                        log.info("transaction of %r left open by the previous run is kept "
+                                 "(it times out in %d ms)", txn.tid, max(left_ms, 0))
+                        await self._take_up(txn)
                 except (OSError, StreamError) as exc:
                     self._stuck(txn.tid, exc)
                 else:
                     self._stuck_logged.pop(txn.tid, None)
+
+    async def _take_up(self, txn: Txn) -> None:
+        """Build the transaction index of each partition of `txn` (from its log, off the
+        event loop): one an open transaction holds must not be read as having none."""
+        for topic, index in sorted(txn.partitions):
+            stream = self._broker.topics.partition(topic, index)
+            if stream is not None:
+                await self._broker.partition_txns.ensure(stream)
 
     async def expire(self, now_ms: int | None = None) -> None:
         """Abort (with a bumped epoch) every transaction open longer than its timeout, and

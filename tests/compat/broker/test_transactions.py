@@ -152,7 +152,9 @@ def test_transaction_left_open_times_out(broker: BrokerProcess, topic: str) -> N
     assert read_values(broker.address, topic, 1, "read_committed") == [b"later"]
 
 
-def test_restart_aborts_open_and_keeps_committed(broker: BrokerProcess, topic: str) -> None:
+def test_restart_keeps_open_and_committed(broker: BrokerProcess, topic: str) -> None:
+    """A transaction open at a crash stays open (as in Kafka: its producer may still commit
+    it, see test_transaction_restart.py) until its producer's successor fences it."""
     kept = txn_producer(broker.address, "tx-kept")
     produce_txn(kept, topic, [b"kept"], commit=True)
     open_one = txn_producer(broker.address, "tx-crash")
@@ -161,8 +163,9 @@ def test_restart_aborts_open_and_keeps_committed(broker: BrokerProcess, topic: s
     assert open_one.flush(20) == 0
     broker.kill()
     broker.start()
-    assert offsets(broker.address, topic) == (4, 4)  # kept, marker, lost, abort marker
-    later = txn_producer(broker.address, "tx-crash")
+    assert offsets(broker.address, topic) == (2, 3)  # kept, marker; lost: still open
+    later = txn_producer(broker.address, "tx-crash")  # aborts it: its marker at 3
+    assert offsets(broker.address, topic) == (4, 4)
     produce_txn(later, topic, [b"later"], commit=True)
     assert read_values(broker.address, topic, 2, "read_committed") == [b"kept", b"later"]
     assert read_values(broker.address, topic, 3, "read_uncommitted") == [

@@ -1,11 +1,12 @@
 """DescribeProducers (61), v0 (KIP-664): for each requested partition, the idempotent and
 transactional producers it remembers (`ProducerStates.active`; a partition's state is
-rebuilt from its log tail if nothing built it yet), each with its epoch, the last sequence
-of its newest batch there (-1 if none, as after an epoch bump), the max timestamp of that
-batch (Kafka's lastTimestamp; a marker's time after a marker), coordinator epoch -1 (markers carry none here), and the first offset
-of its transaction open there (from the partition's transaction index, -1 if none; an
-index not built yet has no open transaction, since the produce path builds it before a
-transactional batch is written and a restart aborts every open transaction).
+loaded from its snapshot and log if nothing loaded it yet), each with its epoch, the last
+sequence of its newest batch there (-1 if none, as after an epoch bump), the max timestamp
+of that batch (Kafka's lastTimestamp; a marker's time after a marker), coordinator epoch -1
+(markers carry none here), and the first offset of its transaction open there (from the
+partition's transaction index, -1 if none; an index not built yet has no open transaction,
+since the produce path builds it before a transactional batch is written, and the
+coordinator builds those of the transactions it keeps across a restart).
 
 As Kafka's broker answers: an illegal topic name is INVALID_TOPIC_EXCEPTION and a topic
 that does not exist UNKNOWN_TOPIC_OR_PARTITION ("This server does not host this
