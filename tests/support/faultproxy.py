@@ -84,3 +84,77 @@ def losing_proxy(upstream_url: str, lose: bytes) -> Iterator[LosingProxy]:
         yield proxy
     finally:
         proxy.close()
+
+
+class SwitchProxy:
+    """A TCP proxy whose behaviour is switched at run time (`mode`):
+
+    - "pass": relay both ways;
+    - "hang": accept, read requests and never answer (a backend that hangs);
+    - "close": close each connection as soon as a request arrives (a backend that is down).
+
+    `requests` counts the chunks of request bytes received, whatever the mode: how a test
+    tells that nothing was asked of this backend.
+    """
+
+    def __init__(self, upstream_url: str) -> None:
+        parts = urlsplit(upstream_url)
+        self.upstream = (parts.hostname or "127.0.0.1", parts.port or 80)
+        self.mode = "pass"
+        self.requests = 0
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self._listener.getsockname()[1]}"
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def close(self) -> None:
+        self._listener.close()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            try:
+                server = socket.create_connection(self.upstream)
+            except OSError:
+                client.close()
+                continue
+            threading.Thread(target=self._requests, args=(client, server), daemon=True).start()
+            threading.Thread(target=self._answers, args=(server, client), daemon=True).start()
+
+    def _requests(self, client: socket.socket, server: socket.socket) -> None:
+        try:
+            while data := client.recv(65536):
+                self.requests += 1
+                if self.mode == "close":
+                    break
+                if self.mode == "pass":
+                    server.sendall(data)
+                # "hang": the request goes nowhere, so no answer ever comes
+        except OSError:
+            pass
+        finally:
+            for s in (client, server):
+                _shut(s)
+
+    def _answers(self, server: socket.socket, client: socket.socket) -> None:
+        try:
+            while data := server.recv(65536):
+                if self.mode == "pass":
+                    client.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (client, server):
+                _shut(s)
+                s.close()
+
+
+@contextmanager
+def switch_proxy(upstream_url: str) -> Iterator[SwitchProxy]:
+    proxy = SwitchProxy(upstream_url)
+    try:
+        yield proxy
+    finally:
+        proxy.close()

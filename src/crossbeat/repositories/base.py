@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from types import TracebackType
 
 from crossbeat.repositories.errors import RepositoryError
+from crossbeat.repositories.io import BoundedExecutor, exactly
 from crossbeat.repositories.location import Location
 
 log = logging.getLogger(__name__)
@@ -90,6 +91,9 @@ class Repository(abc.ABC):
     # one after the other (the pieces of a multipart object) opens them all first, at the
     # cost of a file descriptor each. Others open each read when they reach it.
     pins_reads: bool = False
+    # The threads this repository's I/O runs on when callers should not use their shared
+    # ones (a remote backend may hang: see `io.BoundedExecutor`); None: the caller's own.
+    io_executor: BoundedExecutor | None = None
 
     @abc.abstractmethod
     def writer(self, data_key: str | None = None, *, locked: bool = False) -> ObjectWriter:
@@ -112,6 +116,17 @@ class Repository(abc.ABC):
         Where `pins_reads`, the stream is the object as it was when `read` returned, even if
         it is deleted before the stream ends.
         """
+
+    def read_location(self, location: Location, start: int = 0, end: int | None = None) -> Iterator[bytes]:
+        """`read` of the object `location` names, bytes [start, end) of it (`end` None: to
+        `location.size`), which must be exactly as long as the location says: a stream that
+        ends short or runs long raises `CorruptData` (see `io.exactly`) rather than hand out
+        a body of another length than announced. Repositories that can tell more (the
+        backend's own length or ETag, the member holding it) override this to refuse before
+        any byte is read."""
+        stop = location.size if end is None else min(end, location.size)
+        stream = self.read(location.dataKey, start, stop)
+        return exactly(iter(stream), max(0, stop - start), self.name, location.dataKey)
 
     @abc.abstractmethod
     def size(self, data_key: str) -> int | None:

@@ -9,6 +9,12 @@ class RepositoryError(CrossbeatError):
     """A repository cannot do what was asked (bad input, I/O failure, misconfiguration)."""
 
 
+class RepositoryUnavailable(RepositoryError):
+    """The repository's backend does not answer usefully now (unreachable, timed out, 5xx,
+    throttling, or this gateway's queue for it is full): retryable, so S3 clients get 503
+    ServiceUnavailable, not 500. The message names the repository and the cause."""
+
+
 class NoSuchData(RepositoryError):
     """The object is absent, incomplete or locked (a locked manifest counts as absent)."""
 

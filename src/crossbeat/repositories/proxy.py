@@ -1,7 +1,11 @@
 """The seed-003 repository proxy: several repositories behind one, for live migration.
 
-- Reads go to the backend that owns an unlocked manifest (preferred backend asked first);
-  a locked manifest counts as absent, so none found means `NoSuchData`.
+- Reads go to the backend that owns an unlocked manifest: for a read of a location, the
+  backend it names first (where the data was written; no wasted round trip to the preferred
+  one), then the others; without a location, the preferred backend first. A backend that
+  fails (down, damaged copy) is passed over like one that lacks the object, so a healthy
+  backend holding a copy still serves it; a locked manifest counts as absent, so none found
+  means `NoSuchData`, or the first backend's error if one failed.
 - Writes of a new object go to the preferred backend; a write naming an existing objectId
   is delegated to the backend that owns it.
 - Deletes go to every backend, whether or not it holds the object or has it locked.
@@ -19,9 +23,11 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 
 from crossbeat.repositories.base import ObjectStat, ObjectWriter, Repository
 from crossbeat.repositories.errors import NoSuchData, RepositoryError
+from crossbeat.repositories.io import BoundedExecutor
 from crossbeat.repositories.location import Location
 
 
@@ -45,6 +51,10 @@ class ProxyRepository(Repository):
         # deletes the old copy only once nobody reads it any more.
         self._readers: dict[str, int] = {}
         self._readers_changed = threading.Condition()
+        # A read may wait on any backend: on a remote one's threads if there is one (those
+        # are bounded and apart from the gateway's), so that a hung member stalls only this.
+        remote = [b.io_executor for b in self._order if b.io_executor is not None]
+        self.io_executor: BoundedExecutor | None = remote[0] if remote else None
 
     @property
     def pins_reads(self) -> bool:  # type: ignore[override]
@@ -58,12 +68,21 @@ class ProxyRepository(Repository):
 
     def _unlocked(self, data_key: str) -> tuple[Repository, int] | None:
         """(the backend holding an unlocked manifest for `data_key`, its size), if any: in
-        two passes, as `read` looks (a migration's swap between two backends' answers)."""
+        two passes, as `read` looks (a migration's swap between two backends' answers). A
+        backend that fails is passed over; if none has the object and one failed, its
+        error is raised (absence cannot be told)."""
+        failed: RepositoryError | None = None
         for _ in range(2):
             for backend in self._order:
-                size = backend.size(data_key)
+                try:
+                    size = backend.size(data_key)
+                except RepositoryError as exc:
+                    failed = failed or exc
+                    continue
                 if size is not None:
                     return backend, size
+        if failed is not None:
+            raise failed
         return None
 
     def writer(self, data_key: str | None = None, *, locked: bool = False) -> ObjectWriter:
@@ -80,13 +99,38 @@ class ProxyRepository(Repository):
         # is always readable; but a pass that asked the target while its copy was still
         # locked and the source once it was locked found neither. The second pass finds
         # the copy (it stays unlocked); finding nothing twice means the object is gone.
+        return self._first(data_key, [(b, lambda b: b.read(data_key, start, end)) for b in self._order])
+
+    def read_location(self, location: Location, start: int = 0, end: int | None = None) -> Iterator[bytes]:
+        """The backend the location names first (it holds the data unless a migration moved
+        it), with the location's checks; then the others, without its ETag, which is that
+        backend's (a migrated copy has its own)."""
+        named = self.backends.get(location.location)
+        plain = replace(location, etag=None)
+        tries = [(named, lambda b: b.read_location(location, start, end))] if named is not None else []
+        tries += [(b, lambda b: b.read_location(plain, start, end)) for b in self._order if b is not named]
+        return self._first(location.dataKey, tries)
+
+    def _first(
+        self, data_key: str, tries: list[tuple[Repository, Callable[[Repository], Iterator[bytes]]]]
+    ) -> Iterator[bytes]:
+        """The first read in `tries` that begins, counted in the reader latch. Any backend
+        error passes to the next backend: a member that is down or holds a damaged copy
+        must not hide a good copy in another. Nothing found: the first error, if a backend
+        failed (it may hold the object), else `NoSuchData`."""
+        failed: RepositoryError | None = None
         for _ in range(2):
-            for backend in self._order:
+            for backend, begin in tries:
                 try:
-                    stream = backend.read(data_key, start, end)
+                    stream = begin(backend)
                 except NoSuchData:
                     continue
+                except RepositoryError as exc:
+                    failed = failed or exc
+                    continue
                 return self._counted(data_key, stream)
+        if failed is not None:
+            raise failed
         raise NoSuchData(self.name, data_key)
 
     def _counted(self, data_key: str, stream: Iterator[bytes]) -> Iterator[bytes]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 
@@ -12,6 +14,8 @@ from crossbeat.repositories.settings import RepositorySettings
 from crossbeat.repositories.sfs import SfsRepository
 
 DEFAULT_REPOSITORY = "default"
+# The data dir's id, which s3 repositories' ownership markers name (see s3.py)
+OWNER_ID_FILE = "repository-owner-id"
 
 
 def open_repositories(
@@ -26,6 +30,8 @@ def open_repositories(
     are served through the proxy while it exists; the raw backends stay reachable as
     `proxy.backends`. A backend may belong to one proxy only, and a proxy cannot bundle a
     proxy, and sfs roots may not overlap. Bad configuration raises `RepositoryError` and opens nothing.
+    Opening does no I/O on remote backends: an s3 repository checks its ownership marker
+    (as this data dir's, see `data_dir_id`) on first use.
     """
     data_dir = Path(data_dir)
     if not configs:
@@ -38,7 +44,7 @@ def open_repositories(
             if settings.type == "sfs":
                 opened[name] = _open_sfs(name, settings, data_dir)
             elif settings.type == "s3":
-                opened[name] = _open_s3(name, settings)
+                opened[name] = _open_s3(name, settings, data_dir_id(data_dir))
         result = dict(opened)
         for name, settings in configs.items():
             if settings.type == "proxy":
@@ -132,7 +138,36 @@ def _open_sfs(name: str, settings: RepositorySettings, data_dir: Path) -> Reposi
     )
 
 
-def _open_s3(name: str, settings: RepositorySettings) -> Repository:
+def _open_s3(name: str, settings: RepositorySettings, owner: str) -> Repository:
     from crossbeat.repositories.s3 import S3Repository  # boto3 is slow to import
 
-    return S3Repository.from_settings(name, settings)
+    return S3Repository.from_settings(name, settings, owner=owner)
+
+
+def data_dir_id(data_dir: Path) -> str:
+    """This data dir's id (made, durably, on first call): what remote repositories'
+    ownership markers name. A copy of the data dir (a restored backup) keeps it, and with
+    it the repositories its metadata points into."""
+    path = data_dir / OWNER_ID_FILE
+    try:
+        return path.read_text().strip()
+    except FileNotFoundError:
+        pass
+    data_dir.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{OWNER_ID_FILE}.{os.getpid()}")
+    with open(tmp, "w") as f:
+        f.write(uuid.uuid4().hex + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+    try:
+        os.link(tmp, path)  # never replaces one another process made meanwhile
+    except FileExistsError:
+        pass
+    finally:
+        tmp.unlink()
+    fd = os.open(data_dir, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return path.read_text().strip()

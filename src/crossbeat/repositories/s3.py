@@ -9,18 +9,35 @@ Seed 003's lock flag is user metadata `x-amz-meta-crossbeat-locked: true`, chang
 server-side copy onto the object itself (objects up to 5 GiB). GET and HEAD responses carry
 it, so honouring it costs reads nothing extra. Credentials left unset fall back to boto3's
 default credential chain.
+
+What the backend holds is checked, not trusted: the ETag the backend answered to our write
+is recorded in the location and reads ask for that object only (If-Match; a lock change
+copies the object, which may change its ETag, and keeps the first one in
+`x-amz-meta-crossbeat-etag` so that the copy is still recognised); a response of another
+length than the location records is refused before its first byte. A backend that does not
+answer costs a bounded time (the settings' timeouts and attempts) and raises
+`RepositoryUnavailable`; the repository's I/O runs on its own threads (`io_executor`).
+
+A repository opened with an `owner` (the data dir's id) holds an ownership marker,
+`{prefix}.crossbeat-repository`: two gateways on one bucket and prefix would each take the
+other's objects for leftovers. The first use writes it (or adopts a repository from before
+markers, saying so); a marker naming another owner refuses every use of the repository.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
+import logging
+import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import boto3
 from botocore.config import Config
-from botocore.exceptions import BotoCoreError, ClientError
+from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError
+from botocore.exceptions import ConnectionError as BotoConnectionError
 
 from crossbeat.repositories.base import (
     ObjectStat,
@@ -29,7 +46,13 @@ from crossbeat.repositories.base import (
     orphans_plausible,
     refuse_orphans,
 )
-from crossbeat.repositories.errors import NoSuchData, RepositoryError
+from crossbeat.repositories.errors import (
+    CorruptData,
+    NoSuchData,
+    RepositoryError,
+    RepositoryUnavailable,
+)
+from crossbeat.repositories.io import BoundedExecutor
 from crossbeat.repositories.location import Location
 from crossbeat.repositories.object_ids import (
     check_object_id,
@@ -42,13 +65,31 @@ from crossbeat.repositories.settings import DEFAULT_PART_SIZE
 if TYPE_CHECKING:
     from crossbeat.repositories.settings import RepositorySettings
 
+log = logging.getLogger(__name__)
+
 LOCK_META = "crossbeat-locked"
+ETAG_META = "crossbeat-etag"  # the ETag of our write, kept across lock changes' copies
+MARKER = ".crossbeat-repository"  # under the prefix: not an objectId, so never listed as data
 READ_CHUNK = 1024 * 1024
 _ABSENT = {"NoSuchKey", "404", "NotFound", "NoSuchUpload"}
+_REPLACED = {"PreconditionFailed", "412"}
+# Answers that say "not now" rather than "no": the client may retry them
+_BUSY = {"SlowDown", "ServiceUnavailable", "RequestTimeout", "Throttling", "ThrottlingException",
+         "RequestLimitExceeded", "TooManyRequests", "InternalError"}
 
 
 def _code(exc: ClientError) -> str:
     return str(exc.response.get("Error", {}).get("Code", ""))
+
+
+def unavailable(exc: Exception) -> bool:
+    """Whether `exc` says the backend is down, overloaded or slow (retryable), rather than
+    that the request or the data is wrong."""
+    if isinstance(exc, ClientError):
+        status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0)
+        return status >= 500 or status == 429 or _code(exc) in _BUSY
+    # no connection, a connect or read timeout, a connection closed mid-answer
+    return isinstance(exc, BotoConnectionError | HTTPClientError)
 
 
 class S3Repository(Repository):
@@ -62,6 +103,9 @@ class S3Repository(Repository):
         *,
         prefix: str = "",
         part_size: int = DEFAULT_PART_SIZE,
+        owner: str | None = None,
+        io_threads: int = 8,
+        io_queue: int = 64,
     ) -> None:
         if part_size < 5 * 1024 * 1024:
             raise RepositoryError("S3 parts must be at least 5 MiB")
@@ -70,37 +114,130 @@ class S3Repository(Repository):
         self.bucket = bucket
         self.prefix = prefix
         self.part_size = part_size
+        self._io = BoundedExecutor(name, io_threads, io_queue)
+        self.io_executor = self._io
+        # the ownership marker: checked (and written if absent) once, on first use
+        self.owner = owner
+        self._claimed = owner is None
+        self._foreign: str | None = None  # why the marker forbids using the repository
+        self._claim_lock = threading.Lock()
 
     @classmethod
-    def from_settings(cls, name: str, settings: RepositorySettings) -> S3Repository:
+    def from_settings(
+        cls, name: str, settings: RepositorySettings, owner: str | None = None
+    ) -> S3Repository:
         assert settings.bucket is not None  # checked by the settings model
-        client = boto3.session.Session().client(
-            "s3",
-            endpoint_url=settings.endpoint_url,
-            region_name=settings.region,
-            aws_access_key_id=settings.access_key,
-            aws_secret_access_key=(
-                settings.secret_key.get_secret_value() if settings.secret_key else None
-            ),
-            config=Config(
-                s3={"addressing_style": "path"},
-                retries={"mode": "standard", "max_attempts": 4},
-                max_pool_connections=32,
-            ),
-        )
+        try:
+            client = boto3.session.Session().client(
+                "s3",
+                endpoint_url=settings.endpoint_url,
+                region_name=settings.region,
+                aws_access_key_id=settings.access_key,
+                aws_secret_access_key=(
+                    settings.secret_key.get_secret_value() if settings.secret_key else None
+                ),
+                config=Config(
+                    s3={"addressing_style": "path"},
+                    connect_timeout=settings.connect_timeout_s,
+                    read_timeout=settings.read_timeout_s,
+                    retries={"mode": settings.retry_mode, "total_max_attempts": settings.max_attempts},
+                    # one connection per I/O thread, and a few for the start-up pass
+                    max_pool_connections=settings.io_threads + 2,
+                ),
+            )
+        except (ValueError, BotoCoreError) as exc:  # a malformed endpoint_url or region
+            raise RepositoryError(
+                f"s3 repository {name!r}: cannot use endpoint_url {settings.endpoint_url!r}: {exc}"
+            ) from exc
         return cls(
-            name, client, settings.bucket, prefix=settings.prefix, part_size=settings.part_size
+            name,
+            client,
+            settings.bucket,
+            prefix=settings.prefix,
+            part_size=settings.part_size,
+            owner=owner,
+            io_threads=settings.io_threads,
+            io_queue=settings.io_queue,
         )
 
     def object_key(self, data_key: str) -> str:
         return self.prefix + check_object_id(data_key)
 
     def _fail(self, what: str, data_key: str, exc: Exception) -> RepositoryError:
-        return RepositoryError(f"s3 repository {self.name!r}: {what} {data_key!r}: {exc}")
+        where = f"s3 repository {self.name!r} (bucket {self.bucket!r})"
+        if unavailable(exc):
+            return RepositoryUnavailable(f"{where} does not answer: {what} {data_key!r}: {exc}")
+        return RepositoryError(f"{where}: {what} {data_key!r}: {exc}")
+
+    # -- the ownership marker -------------------------------------------------------------
+
+    def claim(self) -> None:
+        """Check the ownership marker, writing it if there is none; idempotent and cheap
+        once done. `RepositoryError` naming both owners if it names another one (for good:
+        that is configuration to fix), `RepositoryUnavailable` if the backend does not
+        answer (tried again on the next use)."""
+        if self._claimed:
+            return
+        with self._claim_lock:
+            if self._foreign is not None:
+                raise RepositoryError(self._foreign)
+            if self._claimed:
+                return
+            found = self._marker_owner()
+            if found is None:
+                self._write_marker()
+                found = self._marker_owner()  # two first starts at once: one marker wins
+            if found != self.owner:
+                self._foreign = (
+                    f"s3 repository {self.name!r}: bucket {self.bucket!r} prefix {self.prefix!r} "
+                    f"belongs to another gateway (data dir id {found}), not to this one "
+                    f"(data dir id {self.owner}): two gateways sharing it would delete each "
+                    "other's objects. Give each its own bucket or prefix; if that gateway is "
+                    f"gone for good, delete {self.prefix}{MARKER} from the bucket."
+                )
+                log.error("%s", self._foreign)
+                raise RepositoryError(self._foreign)
+            self._claimed = True
+
+    def _marker_owner(self) -> str | None:
+        key = self.prefix + MARKER
+        try:
+            body = self.client.get_object(Bucket=self.bucket, Key=key)["Body"].read()
+        except ClientError as exc:
+            if _code(exc) in _ABSENT:
+                return None
+            raise self._fail("read the ownership marker", key, exc) from exc
+        except BotoCoreError as exc:
+            raise self._fail("read the ownership marker", key, exc) from exc
+        try:
+            owner = json.loads(body)["owner"]
+        except (ValueError, KeyError, TypeError) as exc:
+            raise RepositoryError(
+                f"s3 repository {self.name!r}: unreadable ownership marker {key!r}: {exc}"
+            ) from exc
+        return str(owner)
+
+    def _write_marker(self) -> None:
+        key = self.prefix + MARKER
+        try:
+            had_objects = next(iter(self._list()), None) is not None
+            self.client.put_object(
+                Bucket=self.bucket, Key=key, Body=json.dumps({"owner": self.owner}).encode(),
+                ContentType="application/json",
+            )
+        except (ClientError, BotoCoreError) as exc:
+            raise self._fail("write the ownership marker", key, exc) from exc
+        if had_objects:
+            log.warning(
+                "s3 repository %r: bucket %r prefix %r holds objects but no ownership marker "
+                "(written before markers): adopted by this gateway (data dir id %s)",
+                self.name, self.bucket, self.prefix, self.owner,
+            )
 
     # -- the Repository contract ---------------------------------------------------------
 
     def writer(self, data_key: str | None = None, *, locked: bool = False) -> S3Writer:
+        self.claim()
         if data_key is None:
             data_key = new_object_id()
         elif self.stat(data_key) is not None:
@@ -108,6 +245,7 @@ class S3Repository(Repository):
         return S3Writer(self, data_key, locked)
 
     def read(self, data_key: str, start: int = 0, end: int | None = None) -> Iterator[bytes]:
+        self.claim()
         key = self.object_key(data_key)
         if start < 0 or (end is not None and end < start):
             raise RepositoryError(f"invalid range [{start}, {end}) for object {data_key!r}")
@@ -141,24 +279,103 @@ class S3Repository(Repository):
         if response.get("Metadata", {}).get(LOCK_META) == "true":
             response["Body"].close()
             raise NoSuchData(self.name, data_key, "locked")
-        return self._stream(response, data_key)
+        return self._stream(response, data_key, response["ContentLength"])
 
-    def _stream(self, response: dict[str, Any], data_key: str) -> Iterator[bytes]:
+    def read_location(self, location: Location, start: int = 0, end: int | None = None) -> Iterator[bytes]:
+        """`read`, refused before any byte unless the backend's answer is the object we
+        wrote (If-Match on the recorded ETag, when there is one) and exactly as long as the
+        location records for the range; a stream cut short later raises."""
+        self.claim()
+        data_key = location.dataKey
+        key = self.object_key(data_key)
+        stop = location.size if end is None else min(end, location.size)
+        if start < 0 or start > stop:
+            raise RepositoryError(f"invalid range [{start}, {end}) for object {data_key!r}")
+        if start == stop:
+            return self.read(data_key, start, start)
+        args: dict[str, Any] = {"Bucket": self.bucket, "Key": key}
+        if start or stop != location.size:
+            # (the whole object is asked for without a range: its length is then checked too)
+            args["Range"] = f"bytes={start}-{stop - 1}"
+        etag = location.etag
+        for attempt in range(2):
+            if etag is not None:
+                args["IfMatch"] = etag
+            try:
+                response = self.client.get_object(**args)
+                break
+            except ClientError as exc:
+                code = _code(exc)
+                if code in _ABSENT:
+                    raise NoSuchData(self.name, data_key) from None
+                if code == "InvalidRange":  # shorter than `start`
+                    raise self._wrong_size(location) from None
+                if code in _REPLACED and etag is not None and attempt == 0:
+                    etag = self._same_write(location)
+                    continue
+                raise self._fail("read", data_key, exc) from exc
+            except BotoCoreError as exc:
+                raise self._fail("read", data_key, exc) from exc
+        else:  # pragma: no cover - the second attempt breaks or raises
+            raise AssertionError("unreachable")
+        if response.get("Metadata", {}).get(LOCK_META) == "true":
+            response["Body"].close()
+            raise NoSuchData(self.name, data_key, "locked")
+        announced = response["ContentLength"]
+        if announced != stop - start:
+            response["Body"].close()
+            raise CorruptData(
+                self.name, data_key, None,
+                f"the backend answers {announced} bytes where the location records {stop - start} "
+                f"(bytes {start}-{stop - 1} of {location.size}): the object in bucket "
+                f"{self.bucket!r} was changed behind this gateway",
+            )
+        return self._stream(response, data_key, announced)
+
+    def _same_write(self, location: Location) -> str:
+        """The backend refused our ETag: the ETag of the object now there if it is still our
+        write (a lock change copied it, see ETAG_META), else `CorruptData`."""
+        head = self._head(location.dataKey)
+        if head is None:
+            raise NoSuchData(self.name, location.dataKey)
+        if head.get("Metadata", {}).get(ETAG_META) == location.etag:
+            return str(head["ETag"])
+        raise CorruptData(
+            self.name, location.dataKey, None,
+            f"the object in bucket {self.bucket!r} was replaced behind this gateway: its ETag is "
+            f"{head.get('ETag')}, the one written was {location.etag}",
+        )
+
+    def _wrong_size(self, location: Location) -> RepositoryError:
+        size = self.size(location.dataKey)
+        if size is None:
+            return NoSuchData(self.name, location.dataKey)
+        return CorruptData(
+            self.name, location.dataKey, None,
+            f"the object in bucket {self.bucket!r} holds {size} bytes where the location records "
+            f"{location.size}: it was changed behind this gateway",
+        )
+
+    def _stream(self, response: dict[str, Any], data_key: str, expected: int) -> Iterator[bytes]:
         body = response["Body"]
-        expected = response["ContentLength"]
         received = 0
         try:
             for piece in body.iter_chunks(READ_CHUNK):
                 received += len(piece)
+                if received > expected:
+                    raise CorruptData(self.name, data_key, None, f"more than the {expected} bytes announced")
                 yield piece
         except BotoCoreError as exc:  # includes a body shorter than Content-Length
             raise self._fail("read", data_key, exc) from exc
         finally:
             body.close()
         if received != expected:
-            raise RepositoryError(f"read {data_key!r}: got {received} bytes, expected {expected}")
+            raise CorruptData(
+                self.name, data_key, None, f"the backend sent {received} bytes of the {expected} announced"
+            )
 
     def _head(self, data_key: str) -> dict[str, Any] | None:
+        self.claim()
         try:
             head: dict[str, Any] = self.client.head_object(
                 Bucket=self.bucket, Key=self.object_key(data_key)
@@ -183,6 +400,7 @@ class S3Repository(Repository):
         return ObjectStat(data_key, head["ContentLength"], locked, head["LastModified"].timestamp())
 
     def delete(self, data_key: str) -> None:
+        self.claim()
         try:
             self.client.delete_object(Bucket=self.bucket, Key=self.object_key(data_key))
         except ClientError as exc:
@@ -205,6 +423,8 @@ class S3Repository(Repository):
         if (metadata.get(LOCK_META) == "true") == locked:
             return
         metadata.pop(LOCK_META, None)
+        # the copy may get another ETag (one of a multipart object does): keep our write's
+        metadata.setdefault(ETAG_META, str(head.get("ETag", "")))
         if locked:
             metadata[LOCK_META] = "true"
         key = self.object_key(data_key)
@@ -232,10 +452,12 @@ class S3Repository(Repository):
             raise self._fail("list", self.prefix, exc) from exc
 
     def keys(self) -> Iterator[str]:
+        self.claim()
         for data_key, _ in self._list():
             yield data_key
 
     def cleanup(self, referenced: Callable[[str], bool], older_than_s: float = 3600) -> list[str]:
+        self.claim()  # never in a repository that another gateway owns
         removed: list[str] = []
         cutoff = time.time() - older_than_s
         paginator = self.client.get_paginator("list_multipart_uploads")
@@ -264,6 +486,7 @@ class S3Repository(Repository):
         return removed
 
     def close(self) -> None:
+        self._io.shutdown()
         self.client.close()
 
 
@@ -327,13 +550,13 @@ class S3Writer(ObjectWriter):
         client, bucket = self.repo.client, self.repo.bucket
         try:
             if self._upload_id is None:
-                client.put_object(
+                response = client.put_object(
                     Bucket=bucket, Key=self._key, Body=bytes(self._buffer), Metadata=self._metadata
                 )
             else:
                 if self._buffer:
                     self._upload_part()
-                client.complete_multipart_upload(
+                response = client.complete_multipart_upload(
                     Bucket=bucket,
                     Key=self._key,
                     UploadId=self._upload_id,
@@ -344,7 +567,8 @@ class S3Writer(ObjectWriter):
             raise self.repo._fail("commit", self.data_key, exc) from exc
         self._state = "committed"
         self._buffer = bytearray()
-        return Location(self.repo.name, self.data_key, self._size)
+        etag = response.get("ETag")
+        return Location(self.repo.name, self.data_key, self._size, etag=str(etag) if etag else None)
 
     def abort(self) -> None:
         if self._state != "open":

@@ -65,6 +65,30 @@ class RepositorySettings(BaseModel):
     region: str = "us-east-1"
     prefix: str = ""
     part_size: int = Field(default=DEFAULT_PART_SIZE, ge=5 * 1024 * 1024, le=5 * 1024**3)
+    # A backend that hangs must cost a request a bounded time: botocore's defaults (60 s
+    # per read, and retries) held a request for minutes. A connection is made in
+    # milliseconds on a working network, so 5 s only fails a backend that is not there;
+    # 30 s between two bytes of an answer is far more than a loaded S3 endpoint takes, and
+    # as long as S3 SDKs give a server before they give up. "standard" retries back off
+    # with jitter and retry throttling (SlowDown) and 5xx: 3 attempts, as AWS SDKs default
+    # to, bound one call at about 3 x 35 s; the client retries a 503 on its own.
+    connect_timeout_s: float = Field(default=5.0, gt=0, le=300)
+    read_timeout_s: float = Field(default=30.0, gt=0, le=3600)
+    max_attempts: int = Field(default=3, ge=1, le=10)
+    retry_mode: Literal["standard", "adaptive", "legacy"] = "standard"
+    io_threads: int = Field(
+        default=8,
+        ge=1,
+        le=256,
+        description="threads per gateway process doing this repository's I/O, apart from "
+        "the shared worker threads, so that a hung backend stalls its own buckets only",
+    )
+    io_queue: int = Field(
+        default=64,
+        ge=0,
+        le=100_000,
+        description="calls that may wait for those threads; beyond them requests get 503",
+    )
 
     # proxy
     backends: list[str] = Field(default_factory=list)

@@ -4,7 +4,14 @@ Contract for writes: data is written (and fsynced by the repository's commit) be
 caller commits metadata; if body verification fails at the end (hex sha256, Content-MD5,
 trailing checksum, short body) the written data is aborted and nothing becomes visible.
 Reads verify chunk digests in the repository; the first piece is fetched before the response
-starts so a missing or corrupt object still gets a proper S3 error.
+starts so a missing or corrupt object still gets a proper S3 error. Every piece must be
+exactly as long as its location records (`Repository.read_location`): a short or long one
+is an error before the response starts if it is found then, else it ends the stream with an
+exception (the server then cuts the connection: never a body of another length than the
+announced one, nor a connection left waiting for bytes that will not come).
+
+The I/O of a repository with its own threads (`Repository.io_executor`: a remote backend,
+which may hang) runs on them, not on the gateway's shared workers (`Gateway.run_io`).
 """
 
 from __future__ import annotations
@@ -20,7 +27,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
-from crossbeat.repositories import Location, ObjectWriter, Repository
+from crossbeat.repositories import CorruptData, Location, ObjectWriter, Repository
 from crossbeat.s3.auth import AuthContext
 from crossbeat.s3.body import BodyDecoder, Checksums
 from crossbeat.s3.checksums import is_value_header
@@ -113,9 +120,9 @@ async def write_body(
                 written, meta = await gw.put_batcher.put(staged, checksums, group.bucket, group.build)
                 return written, cast(T, meta)
             if staged is not None:
-                return await gw.run(_commit_small, staged, checksums, repo, then)
-            return await gw.run(_store_verified, data, checksums, repo, then)
-        return await gw.run(_store_small, decoder, raw_body, repo, then)
+                return await gw.run_io(repo, _commit_small, staged, checksums, repo, then)
+            return await gw.run_io(repo, _store_verified, data, checksums, repo, then)
+        return await gw.run_io(repo, _store_small, decoder, raw_body, repo, then)
 
     return await write_stream(gw, req.body_chunks(), decoder, repo, then, limit=limit)
 
@@ -140,7 +147,7 @@ async def write_stream(
     """
     if limit is None:
         limit = gw.settings.max_object_bytes
-    writer = await gw.run(repo.writer)
+    writer = await gw.run_io(repo, repo.writer)
     try:
         pending: list[bytes] = []
         pending_size = 0
@@ -155,19 +162,20 @@ async def write_stream(
             if total > limit:
                 raise S3Error("EntityTooLarge")
             if pending_size >= STREAM_PIECE:
-                await gw.run(writer.write, b"".join(pending))
+                await gw.run_io(repo, writer.write, b"".join(pending))
                 pending, pending_size = [], 0
         checksums = decoder.finish()
         if pending:
-            await gw.run(writer.write, b"".join(pending))
-        location = await gw.run(writer.commit)
+            await gw.run_io(repo, writer.write, b"".join(pending))
+        location = await gw.run_io(repo, writer.commit)
     except BaseException:
+        # (on the shared workers: an abort must run even when the repository's queue is full)
         await asyncio.shield(gw.run(writer.abort))
         raise
     written = Written(location, checksums)
     if then is None:
         return written, None
-    return written, await gw.run(_then, repo, written, then)
+    return written, await gw.run_io(repo, _then, repo, written, then)
 
 
 def _store_small(
@@ -251,13 +259,44 @@ async def open_read(
     pieces = _slices(meta.get("location") or [], start, end)
     if not pieces:
         return _empty()
+    io = io_repository(gw, pieces)
     if end - start <= gw.settings.small_object_bytes:
-        data = await gw.run(_read_all, gw, pieces)
+        data = await gw.run_io(io, _read_all, gw, pieces)
         return _once(data)
-    reads = await gw.run(PieceReads, gw, pieces)
-    first_iter = await gw.run(reads.next_piece)
-    first = await gw.run(next, first_iter, b"") if first_iter is not None else b""
-    return _stream(gw, first, first_iter, reads)
+    reads = await gw.run_io(io, PieceReads, gw, pieces)
+    first_iter = await gw.run_io(io, reads.next_piece)
+    first = await gw.run_io(io, next, first_iter, b"") if first_iter is not None else b""
+    return _stream(gw, first, first_iter, reads, io)
+
+
+def io_repository(gw: Gateway, pieces: list[tuple[dict[str, Any], int, int]]) -> Repository | None:
+    """The repository whose threads read `pieces` (see `Gateway.run_io`): the first one
+    with threads of its own (a remote one may hang; sfs reads are quick wherever they
+    run), else None, the shared workers."""
+    for loc, _, _ in pieces:
+        repo = gw.repositories.get(loc.get("location", ""))
+        if repo is not None and repo.io_executor is not None:
+            return repo
+    return None
+
+
+def reads_locally(gw: Gateway, meta: dict[str, Any], start: int, end: int) -> bool:
+    """Whether bytes [start, end) of `meta` are all in repositories without threads of
+    their own: only those may be read on the event loop or a shared worker (a remote
+    backend may hang; `open_read` reads it on its repository's threads)."""
+    return io_repository(gw, _slices(meta.get("location") or [], start, end)) is None
+
+
+def copy_io_repository(gw: Gateway, meta: dict[str, Any], target: Repository) -> Repository | None:
+    """The repository whose threads copy stored object `meta` into `target`: the source's
+    (see `io_repository`), else the target if it has threads of its own, else None."""
+    source = io_repository(gw, _slices(meta.get("location") or [], 0, int(meta.get("size", 0))))
+    return source or (target if target.io_executor is not None else None)
+
+
+def _begin(repo: Repository, loc: dict[str, Any], lo: int, hi: int) -> Iterator[bytes]:
+    """The read of bytes [lo, hi) of the piece at `loc`, which must yield exactly that many."""
+    return iter(repo.read_location(Location.from_json(loc), lo, hi))
 
 
 # Pinned reads begun ahead of the piece being read. Each holds a file descriptor until its
@@ -335,12 +374,12 @@ class PieceReads:
             if repo.pins_reads and _AHEAD.take(force=not self._begun):
                 self._account[0] += 1
                 try:
-                    self._begun.append(iter(repo.read(loc["dataKey"], lo, hi)))
+                    self._begun.append(_begin(repo, loc, lo, hi))
                 except BaseException:
                     _AHEAD.give(self._account, 1)
                     raise
             else:
-                self._begun.append(partial(repo.read, loc["dataKey"], lo, hi))
+                self._begun.append(partial(_begin, repo, loc, lo, hi))
 
     def close(self) -> list[Iterator[bytes]]:
         """Hand out no more pieces; returns the reads begun ahead, for the caller to end."""
@@ -373,12 +412,19 @@ def _read_all(gw: Gateway, pieces: list[tuple[dict[str, Any], int, int]]) -> byt
     # in parts) no PieceReads either; one chunk comes back as it was read
     if len(pieces) == 1:
         loc, lo, hi = pieces[0]
-        return b"".join(list(gw.repository(loc["location"]).read(loc["dataKey"], lo, hi)))
-    reads = PieceReads(gw, pieces)
-    out: list[bytes] = []
-    while (piece := reads.next_piece()) is not None:
-        out.extend(piece)
-    return b"".join(out)
+        data = b"".join(list(_begin(gw.repository(loc["location"]), loc, lo, hi)))
+    else:
+        reads = PieceReads(gw, pieces)
+        out: list[bytes] = []
+        while (piece := reads.next_piece()) is not None:
+            out.extend(piece)
+        data = b"".join(out)
+    want = sum(hi - lo for _, lo, hi in pieces)
+    if len(data) != want:  # (each piece is checked as read: this is the sum's guard)
+        loc = pieces[0][0]
+        raise CorruptData(loc.get("location", "?"), loc.get("dataKey", "?"), None,
+                          f"read {len(data)} bytes where the locations record {want}")
+    return data
 
 
 async def _empty() -> AsyncIterator[bytes]:
@@ -391,16 +437,20 @@ async def _once(data: bytes) -> AsyncIterator[bytes]:
 
 
 async def _stream(
-    gw: Gateway, first: bytes, first_iter: Iterator[bytes] | None, reads: PieceReads
+    gw: Gateway, first: bytes, first_iter: Iterator[bytes] | None, reads: PieceReads,
+    io: Repository | None = None,
 ) -> AsyncIterator[bytes]:
+    """The rest of the object after `first`. A piece found short, long, corrupt or gone
+    raises out of this iterator: the response has started, so the server cuts the
+    connection and the client sees a body shorter than announced, not wrong bytes."""
     it = first_iter
     try:
         if first:
             yield first
         while it is not None:
-            chunk = await gw.run(next, it, None)
+            chunk = await gw.run_io(io, next, it, None)
             if chunk is None:
-                it = await gw.run(reads.next_piece)
+                it = await gw.run_io(io, reads.next_piece)
                 continue
             yield chunk
     finally:

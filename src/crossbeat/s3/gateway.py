@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -26,6 +27,7 @@ from crossbeat.repositories import (
     RepositoryError,
     open_repositories,
 )
+from crossbeat.repositories.errors import RepositoryUnavailable
 from crossbeat.repositories.registry import cleanup_repositories, names_by_repository
 from crossbeat.repositories.settings import RepositorySettings
 from crossbeat.s3 import cors, postobject, router
@@ -44,7 +46,21 @@ log = logging.getLogger("crossbeat.gateway")
 RECENT_BUCKET_TTL_S = 1.0
 BUCKET_CACHE_TTL_S = 10.0
 RECENT_BUCKET_ENTRIES = 4096
+# How long a start waits for the first pass over remote repositories (ownership check and
+# cleanup) before serving without it; the pass goes on in the background, and is tried
+# again, backing off up to REMOTE_RETRY_MAX_S, while their backends do not answer.
+REMOTE_START_WAIT_S = 5.0
+REMOTE_RETRY_MAX_S = 60.0
+# Objects a background cleanup may take for leftovers were written this long before the
+# start, at least: the pass runs beside requests writing new objects (whose metadata is not
+# committed yet), and the backend's clock may be ahead of ours.
+REMOTE_CLEANUP_MARGIN_S = 300.0
 T = TypeVar("T")
+
+
+def is_remote(repo: Repository) -> bool:
+    """Whether `repo`'s I/O may hang on a backend (it has threads of its own for it)."""
+    return repo.io_executor is not None
 
 
 def _utf8(text: str) -> bool:
@@ -97,6 +113,10 @@ class Gateway:
         # requests apply: (when read, bucket or None), see `recent_bucket`.
         self._recent: dict[str, tuple[float, Bucket | None]] = {}
         self._buckets_generation = b""
+        self.started = time.time()
+        # the background pass over remote repositories (see `_start_remote`)
+        self._stopping = threading.Event()
+        self._remote_pass: threading.Thread | None = None
 
     # -- construction -------------------------------------------------------------------
     @classmethod
@@ -122,15 +142,67 @@ class Gateway:
             )
         repositories = open_repositories(repo_cfg, data_dir)
         gw = cls(settings, store, repositories, principals)
+        # Remote repositories first, in the background: one that does not answer must not
+        # hold the start (a hung listing held it for minutes, then ended it).
+        gw._start_remote(clean=settings.cleanup_on_start)
         if settings.cleanup_on_start:
-            removed = gw.cleanup()
+            removed = gw.cleanup(remote=False)
             if removed:
                 log.info("cleanup removed %d leftover object directories (incomplete writes, "
                          "unused prepared ones, unreferenced objects)", len(removed))
         return gw
 
+    def _start_remote(self, clean: bool) -> None:
+        """Check the remote repositories (their ownership markers, see repositories/s3.py)
+        and, with `clean`, run their cleanup pass, on a thread of its own; wait for it up to
+        REMOTE_START_WAIT_S, so that working backends are done with before serving as
+        before. A backend that does not answer is tried again, backing off, until it does
+        (its buckets' requests get 503 meanwhile, each bounded by the repository's
+        timeouts); a repository that must not be used (another gateway's) is logged and
+        refused. The pass stops at `close`, an unfinished cleanup waiting for the next start."""
+        remote = [repo for repo, _ in names_by_repository(self.repositories) if is_remote(repo)]
+        if not remote:
+            return
+        self._remote_pass = threading.Thread(
+            target=self._remote_start, args=(clean,), name="repo-start", daemon=True
+        )
+        self._remote_pass.start()
+        self._remote_pass.join(REMOTE_START_WAIT_S)
+        if self._remote_pass.is_alive():
+            log.warning("remote repositories (%s) not ready after %.0f s: serving, and checking "
+                        "them in the background", ", ".join(repr(r.name) for r in remote), REMOTE_START_WAIT_S)
+
+    def _remote_start(self, clean: bool) -> None:
+        delay = 1.0
+        while not self._stopping.is_set():
+            try:
+                if clean:
+                    # written before this start (with a margin), so not a request's in flight
+                    older = time.time() - self.started + REMOTE_CLEANUP_MARGIN_S
+                    removed = self.cleanup(older_than_s=older, remote=True)
+                    if removed:
+                        log.info("cleanup removed %d leftover objects from remote repositories", len(removed))
+                else:
+                    for repo, _ in names_by_repository(self.repositories):
+                        if is_remote(repo):
+                            next(iter(repo.keys()), None)  # (checks the ownership marker)
+                return
+            except RepositoryUnavailable as exc:
+                log.warning("remote repository start-up pass: %s; trying again in %.0f s", exc, delay)
+            except Exception as exc:  # noqa: BLE001 - a background thread: said, not raised
+                log.error("remote repository start-up pass stopped: %s", exc)
+                return
+            if self._stopping.wait(delay):
+                break
+            delay = min(2 * delay, REMOTE_RETRY_MAX_S)
+        log.warning("remote repositories' start-up pass did not finish before the stop: it "
+                    "runs again at the next start")
+
     def close(self) -> None:
         self.closing = True  # long-polls notice within a second (see internal.wait_journal)
+        self._stopping.set()
+        if self._remote_pass is not None:
+            self._remote_pass.join(1.0)  # (a call in flight ends within its timeouts)
         self.put_batcher.close()
         self.executor.shutdown(wait=True)
         self.poll_executor.shutdown(wait=True, cancel_futures=True)
@@ -143,6 +215,15 @@ class Gateway:
         """Run blocking work (file I/O, SQLite) on the gateway's worker threads."""
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self.executor, partial(fn, *args, **kwargs))
+
+    async def run_io(self, repo: Repository | None, fn: Callable[..., T], *args: Any) -> T:
+        """Run blocking work on `repo`'s own threads if it has some (a remote backend, which
+        may hang: see repositories/io.py), else as `run`. Its queue full is
+        `RepositoryUnavailable` (503) at once."""
+        executor = repo.io_executor if repo is not None else None
+        if executor is None:
+            return await self.run(fn, *args)
+        return await asyncio.wrap_future(executor.submit(fn, *args))
 
     async def run_wait(self, fn: Callable[..., T], *args: Any) -> T:
         """Run a long blocking wait (journal long-poll) on the dedicated polling threads."""
@@ -266,7 +347,14 @@ class Gateway:
 
     async def free(self, metas: list[dict[str, Any]]) -> None:
         if any(m.get("location") for m in metas):
-            await self.run(self.free_now, metas)
+            remote = next((repo for m in metas for loc in m.get("location") or []
+                           if (repo := self.repositories.get(loc.get("location", ""))) is not None
+                           and is_remote(repo)), None)  # fmt: skip
+            try:
+                await self.run_io(remote, self.free_now, metas)
+            except RepositoryUnavailable as exc:  # its queue is full: the metadata is gone already
+                log.warning("could not free the data of %d versions now (%s): left for the "
+                            "cleanup pass", len(metas), exc)
 
     def versions(self, bucket: str) -> Iterator[dict[str, Any]]:
         """Every version and delete marker of `bucket`, page by page (worker thread)."""
@@ -310,8 +398,14 @@ class Gateway:
                 key_marker, upload_marker = uploads[-1]["key"], uploads[-1]["uploadId"]
         return refs
 
-    def cleanup(self, older_than_s: float = 0.0) -> list[str]:
-        """Remove half-written and unreferenced data (run when no request is in flight).
+    def cleanup(self, older_than_s: float = 0.0, *, remote: bool | None = None) -> list[str]:
+        """Remove half-written and unreferenced data (run when no request is in flight, or
+        with an `older_than_s` that spares what requests in flight write).
+
+        `remote` False cleans the local repositories only, True the remote ones only (see
+        `is_remote`: at start they are cleaned in the background), None all of them. Of a
+        remote repository that holds nothing while metadata names objects in it, the
+        cleanup is skipped and that logged, rather than stopping a gateway that serves.
 
         Metadata that names no data at all while a repository holds objects is taken for a
         lost or replaced metadata store (a deleted or emptied database, a bad restore), not
@@ -329,20 +423,27 @@ class Gateway:
         """
         refs = self.referenced_keys()
         in_use = {key for _, key in refs}
-        removed = self._free_pending(in_use)
+        chosen = {name: repo for name, repo in self.repositories.items()
+                  if remote is None or is_remote(repo) == remote}  # fmt: skip
+        removed = self._free_pending(in_use, chosen)
         unconfigured = Counter(name for name, _ in refs if name not in self.repositories)
-        if unconfigured:
+        if unconfigured and remote is not True:
             log.error(
                 "the metadata names objects in repositories that are not configured (%s): they "
                 "read as errors until those are configured again. Data a migration moved to "
                 "another repository is kept; a proxy with both as backends serves it.",
                 ", ".join(f"{name!r}: {n}" for name, n in sorted(unconfigured.items())))
         holding = False  # whether some repository holds an object (one listing each)
-        for repo, names in names_by_repository(self.repositories):
+        for repo, names in names_by_repository(chosen):
             holds = next(iter(repo.keys()), None) is not None
             holding = holding or holds
             named = 0 if holds else sum(1 for name, _ in refs if name in names)
-            if named:
+            if named and is_remote(repo) and remote:
+                log.error("cleanup: the metadata names %d objects in repository %r, whose "
+                          "bucket holds none: is it the right bucket and prefix? Not cleaning "
+                          "it", named, repo.name)
+                chosen = {n: r for n, r in chosen.items() if r is not repo}
+            elif named:
                 raise RepositoryError(
                     f"the metadata names {named} objects in repository {repo.name!r}, which "
                     "holds none: is its directory missing or moved? Not starting"
@@ -353,10 +454,10 @@ class Gateway:
             return removed
         # one pass per distinct repository: with a proxy several names share one repository
         return removed + cleanup_repositories(
-            self.repositories, lambda _name, key: key in in_use, older_than_s=older_than_s
+            chosen, lambda _name, key: key in in_use, older_than_s=older_than_s
         )
 
-    def _free_pending(self, in_use: set[str]) -> list[str]:
+    def _free_pending(self, in_use: set[str], repositories: dict[str, Repository]) -> list[str]:
         """Free the parts' data the store records as dropped and not yet freed (a crash came
         between an abort, a DeleteBucket or a Complete and its freeing), whatever the cleanup
         pass's bound on orphans: the store says they are garbage, one by one. Data some
@@ -365,7 +466,9 @@ class Gateway:
         removed: list[str] = []
         forget: list[str] = []
         for name, key in pending:
-            repo = self.repositories.get(name)
+            repo = repositories.get(name)
+            if name not in repositories and name in self.repositories:
+                continue  # the other pass's (local or remote)
             if key in in_use:
                 forget.append(key)
             elif repo is not None:
@@ -426,6 +529,11 @@ class Gateway:
             response = self.error_response(S3Error("NoSuchUpload"), req)
         except StoreUnavailable as exc:  # the operator's to fix: said once per request, no traceback
             log.error("%s %s refused: %s", req.method, _shown(req.raw_path), exc)
+            response = self.error_response(S3Error("ServiceUnavailable"), req)
+        except RepositoryUnavailable as exc:
+            # a backend down, overloaded or hung: retryable (every SDK retries a 503), and
+            # the detail is the log's, not the client's
+            log.warning("%s %s: %s", req.method, _shown(req.raw_path), exc)
             response = self.error_response(S3Error("ServiceUnavailable"), req)
         except (CorruptData, NoSuchData) as exc:
             log.error("data error on %s %s: %s", req.method, _shown(req.raw_path), exc)

@@ -13,7 +13,7 @@ from urllib.parse import unquote
 
 from crossbeat.metadata import Bucket
 from crossbeat.metadata.errors import RevisionMismatch
-from crossbeat.repositories import Location, NoSuchData, Repository
+from crossbeat.repositories import CorruptData, Location, NoSuchData, Repository
 from crossbeat.s3 import acl, xmldoc
 from crossbeat.s3.auth import Principal
 from crossbeat.s3.buckets import acl_xml
@@ -21,10 +21,12 @@ from crossbeat.s3.checksums import new_hasher, normalize_algorithm
 from crossbeat.s3.datapath import (
     GroupCommit,
     Written,
+    copy_io_repository,
     open_read,
     range_chunks,
     read_document,
     read_range_sync,
+    reads_locally,
     write_body,
 )
 from crossbeat.s3.errors import S3Error
@@ -393,7 +395,7 @@ def _prepare_get(
         headers.update(checksum_headers(meta))
     headers["content-length"] = str(end - start)
     data = None
-    if not head and end - start <= read_limit:
+    if not head and end - start <= read_limit and reads_locally(gw, meta, start, end):
         data = read_range_sync(gw, meta, start, end)
     return status, headers, meta, start, end, data
 
@@ -412,7 +414,7 @@ async def _get_object(gw: Gateway, req: Request, head: bool) -> Response:
     add_expiration(gw, req.bucket, meta, headers)
     if head:
         return Response(status=status, headers=headers)
-    if data is None and end - start <= gw.settings.small_object_bytes:
+    if data is None and end - start <= gw.settings.small_object_bytes and reads_locally(gw, meta, start, end):
         data = await gw.run(read_range_sync, gw, meta, start, end)
     if data is not None:
         return Response(status=status, headers=headers, body=data)
@@ -567,7 +569,9 @@ def copy_data_checked(
 ) -> tuple[Location, str, str | None]:
     """Copy bytes [start, end) of a stored object into `repo` (worker thread), computing
     their MD5 and their checksum of `algorithm` (a name of checksums.ALGORITHMS; base64,
-    None without one): (location, md5 hex, checksum)."""
+    None without one): (location, md5 hex, checksum). A source read that comes up short (or
+    long) of `end - start` bytes raises before the copy commits, so damage in the source's
+    repository never spreads to a new object."""
     md5 = hashlib.md5()
     hasher = new_hasher(algorithm) if algorithm is not None else None
     writer = repo.writer()
@@ -577,6 +581,13 @@ def copy_data_checked(
             if hasher is not None:
                 hasher.update(chunk)
             writer.write(chunk)
+        if writer.bytes_written != end - start:  # (each piece is checked too: the sum's guard)
+            first = (meta.get("location") or [{}])[0]
+            raise CorruptData(
+                str(first.get("location", "?")), str(first.get("dataKey", "?")), None,
+                f"copy source {meta.get('bucket')}/{meta.get('key')} gave {writer.bytes_written} "
+                f"bytes of the {end - start} asked for",
+            )
         return writer.commit(), md5.hexdigest(), hasher.b64() if hasher is not None else None
     except BaseException:
         writer.abort()
@@ -623,8 +634,10 @@ async def copy_object(gw: Gateway, req: Request, p: Principal, ctx: Any) -> Resp
                 "This copy request is illegal because it is trying to copy an object to itself without "
                 "changing the object's metadata, storage class, website redirect location or encryption attributes.",
             )
-        location, md5_hex, value = await gw.run(
-            copy_data_checked, gw, src, gw.location_for(bucket), 0, int(src["size"]), algorithm
+        target = gw.location_for(bucket)
+        # on a remote repository's own threads if source or target has some (see run_io)
+        location, md5_hex, value = await gw.run_io(
+            copy_io_repository(gw, src, target), copy_data_checked, gw, src, target, 0, int(src["size"]), algorithm
         )
         return src, src_version, location, md5_hex, value
 

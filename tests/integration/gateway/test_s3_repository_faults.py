@@ -1,0 +1,262 @@
+"""An s3 repository whose backend misbehaves: damaged objects, hangs, a shared bucket.
+
+A front gateway keeps the data of its buckets created with LocationConstraint "cold" in an
+s3 repository whose backend is a second crossbeat gateway, reached through a `SwitchProxy`
+(tests/support/faultproxy.py) that can make it hang or drop connections. Objects in the
+backend are damaged by writing to the backend directly.
+
+- an object replaced in the backend (same size) is refused (the write's ETag, If-Match),
+  and so is one shorter than its location records: 500 before any byte, naming it; a piece
+  found short once the body is streaming cuts the connection (never a hang); a copy from a
+  short source fails and creates nothing;
+- a hung backend costs its buckets' requests a bounded time and a 503, and other buckets
+  are served meanwhile (the repository's I/O has its own threads); a gateway starts while
+  its backend hangs and serves the bucket once the backend answers;
+- a second gateway configured on the same backend bucket and prefix refuses the repository
+  (ownership marker) instead of deleting the first one's objects as leftovers.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from botocore.exceptions import BotoCoreError, ClientError
+
+from tests.support.faultproxy import SwitchProxy, switch_proxy
+from tests.support.gateway import ROOT_AK, ROOT_SK, USER_AK, USER_SK, running_gateway, s3_client
+from tests.support.procs import Service, wait_until
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
+MiB = 1024 * 1024
+BACKEND_BUCKET = "repo-data"
+PREFIX = "d/"
+
+
+def front_config(endpoint: str, *, prefix: str = PREFIX) -> str:
+    # few shared workers, so that starving them shows; short timeouts, so that a hang ends
+    return f"""
+[gateway]
+worker_threads = 4
+
+[[gateway.users]]
+access_key = "{USER_AK}"
+secret_key = "{USER_SK}"
+display_name = "alice"
+
+[gateway.repositories.cold]
+type = "s3"
+endpoint_url = "{endpoint}"
+bucket = "{BACKEND_BUCKET}"
+prefix = "{prefix}"
+access_key = "{ROOT_AK}"
+secret_key = "{ROOT_SK}"
+connect_timeout_s = 2
+read_timeout_s = 2
+max_attempts = 2
+io_threads = 2
+io_queue = 4
+"""
+
+
+@pytest.fixture(scope="module")
+def backend(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
+    with running_gateway(Path(tmp_path_factory.mktemp("back")) / "data") as svc:
+        s3_client(svc.url).create_bucket(Bucket=BACKEND_BUCKET)
+        yield svc
+
+
+@pytest.fixture(scope="module")
+def back(backend: Service) -> Any:
+    return s3_client(backend.url)
+
+
+@pytest.fixture(scope="module")
+def proxy(backend: Service) -> Iterator[SwitchProxy]:
+    with switch_proxy(backend.url) as p:
+        yield p
+
+
+@pytest.fixture
+def passing(proxy: SwitchProxy) -> Iterator[SwitchProxy]:
+    """The proxy, relaying again at the end of the test whatever it did."""
+    proxy.mode = "pass"
+    try:
+        yield proxy
+    finally:
+        proxy.mode = "pass"
+
+
+@pytest.fixture(scope="module")
+def front(tmp_path_factory: pytest.TempPathFactory, proxy: SwitchProxy) -> Iterator[Service]:
+    with running_gateway(
+        Path(tmp_path_factory.mktemp("front")) / "data", config=front_config(proxy.url)
+    ) as svc:
+        yield svc
+
+
+@pytest.fixture(scope="module")
+def s3(front: Service) -> Any:
+    return s3_client(front.url, connect_timeout=5, read_timeout=60)
+
+
+@pytest.fixture
+def cold(s3: Any, request: pytest.FixtureRequest) -> str:
+    name = "c-" + request.node.name.lower().replace("_", "-")[:40].strip("-")
+    s3.create_bucket(Bucket=name, CreateBucketConfiguration={"LocationConstraint": "cold"})
+    return name
+
+
+def backend_keys(back: Any) -> set[str]:
+    pages = back.get_paginator("list_objects_v2").paginate(Bucket=BACKEND_BUCKET, Prefix=PREFIX)
+    return {item["Key"] for page in pages for item in page.get("Contents", [])}
+
+
+def put_cold(s3: Any, back: Any, bucket: str, key: str, body: bytes) -> str:
+    """PUT through the front; the backend key that holds the data."""
+    before = backend_keys(back)
+    s3.put_object(Bucket=bucket, Key=key, Body=body)
+    (new,) = backend_keys(back) - before
+    return new
+
+
+def error_of(call: Any) -> tuple[int, str, str]:
+    with pytest.raises(ClientError) as info:
+        call()
+    err = info.value.response
+    return err["ResponseMetadata"]["HTTPStatusCode"], err["Error"]["Code"], err["Error"].get("Message", "")
+
+
+def test_object_replaced_in_the_backend_is_refused(s3: Any, back: Any, cold: str, passing: SwitchProxy) -> None:
+    stored = put_cold(s3, back, cold, "k", b"a" * 1000)
+    back.put_object(Bucket=BACKEND_BUCKET, Key=stored, Body=b"b" * 1000)  # same size
+    status, code, message = error_of(lambda: s3.get_object(Bucket=cold, Key="k")["Body"].read())
+    assert (status, code) == (500, "InternalError")
+    assert stored[len(PREFIX):] in message and "replaced" in message
+
+
+def test_object_shorter_in_the_backend_is_refused_before_the_body(
+    s3: Any, back: Any, cold: str, passing: SwitchProxy
+) -> None:
+    stored = put_cold(s3, back, cold, "k", b"a" * 1000)
+    back.put_object(Bucket=BACKEND_BUCKET, Key=stored, Body=b"a" * 600)
+    for extra in ({}, {"Range": "bytes=100-899"}):
+        status, code, message = error_of(lambda e=extra: s3.get_object(Bucket=cold, Key="k", **e)["Body"].read())
+        assert (status, code) == (500, "InternalError")
+        assert stored[len(PREFIX):] in message
+
+
+def test_piece_short_in_the_backend_mid_stream_cuts_the_connection(
+    s3: Any, back: Any, cold: str, passing: SwitchProxy
+) -> None:
+    before = backend_keys(back)
+    upload = s3.create_multipart_upload(Bucket=cold, Key="big")["UploadId"]
+    parts = []
+    for number, body in ((1, b"1" * (5 * MiB)), (2, b"2" * (2 * MiB))):
+        etag = s3.upload_part(Bucket=cold, Key="big", UploadId=upload, PartNumber=number, Body=body)["ETag"]
+        parts.append({"PartNumber": number, "ETag": etag})
+    s3.complete_multipart_upload(Bucket=cold, Key="big", UploadId=upload, MultipartUpload={"Parts": parts})
+    listed = back.list_objects_v2(Bucket=BACKEND_BUCKET, Prefix=PREFIX)["Contents"]
+    (second,) = [o["Key"] for o in listed if o["Key"] not in before and o["Size"] == 2 * MiB]
+    back.put_object(Bucket=BACKEND_BUCKET, Key=second, Body=b"2" * MiB)
+    began = time.monotonic()
+    response = s3.get_object(Bucket=cold, Key="big")  # the first part is fine: the body starts
+    with pytest.raises(BotoCoreError):
+        response["Body"].read()
+    assert time.monotonic() - began < 30  # cut, not left waiting for the client's timeout
+
+
+def test_copy_from_a_short_source_creates_nothing(s3: Any, back: Any, cold: str, passing: SwitchProxy) -> None:
+    stored = put_cold(s3, back, cold, "src", b"a" * 1000)
+    back.put_object(Bucket=BACKEND_BUCKET, Key=stored, Body=b"a" * 10)
+    status, _, _ = error_of(lambda: s3.copy_object(Bucket=cold, Key="dst", CopySource={"Bucket": cold, "Key": "src"}))
+    assert status == 500
+    assert error_of(lambda: s3.head_object(Bucket=cold, Key="dst"))[0] == 404
+
+
+def test_hung_backend_answers_503_and_other_buckets_are_served(
+    s3: Any, back: Any, cold: str, passing: SwitchProxy, front: Service
+) -> None:
+    put_cold(s3, back, cold, "k", b"a" * 1000)
+    s3.create_bucket(Bucket="local-while-hung")
+    s3.put_object(Bucket="local-while-hung", Key="k", Body=b"l" * 1000)
+    passing.mode = "hang"
+    passing.requests = 0
+    # more GETs of the hung bucket than the gateway has shared workers
+    outcomes: list[tuple[int, str]] = []
+
+    def hung_get() -> None:
+        client = s3_client(front.url, connect_timeout=5, read_timeout=120)
+        try:
+            client.get_object(Bucket=cold, Key="k")["Body"].read()
+            outcomes.append((200, ""))
+        except ClientError as exc:
+            outcomes.append((exc.response["ResponseMetadata"]["HTTPStatusCode"], exc.response["Error"]["Code"]))
+
+    threads = [threading.Thread(target=hung_get, daemon=True) for _ in range(8)]
+    for t in threads:
+        t.start()
+    wait_until(lambda: passing.requests > 0, timeout=30, what="a request reaching the hung backend")
+    # the shared workers still serve the local bucket, quickly
+    began = time.monotonic()
+    for _ in range(5):
+        assert s3.get_object(Bucket="local-while-hung", Key="k")["Body"].read() == b"l" * 1000
+        s3.put_object(Bucket="local-while-hung", Key="k2", Body=b"x" * 2 * MiB)
+    assert time.monotonic() - began < 10
+    for t in threads:
+        t.join(timeout=120)
+    # each answered within its bounded timeouts: 503, retryable (or queued out at once)
+    assert len(outcomes) == 8
+    assert set(outcomes) == {(503, "ServiceUnavailable")}
+    passing.mode = "pass"
+    assert s3.get_object(Bucket=cold, Key="k")["Body"].read() == b"a" * 1000
+
+
+def test_backend_down_is_503(s3: Any, back: Any, cold: str, passing: SwitchProxy) -> None:
+    put_cold(s3, back, cold, "k", b"a" * 1000)
+    passing.mode = "close"
+    assert error_of(lambda: s3.get_object(Bucket=cold, Key="k"))[:2] == (503, "ServiceUnavailable")
+    assert error_of(lambda: s3.put_object(Bucket=cold, Key="k2", Body=b"x"))[:2] == (503, "ServiceUnavailable")
+
+
+def test_gateway_starts_while_its_backend_hangs(
+    tmp_path: Path, backend: Service, s3: Any
+) -> None:
+    with switch_proxy(backend.url) as hung:
+        hung.mode = "hang"
+        began = time.monotonic()
+        with running_gateway(tmp_path / "data", config=front_config(hung.url, prefix="started/")) as svc:
+            assert time.monotonic() - began < 30
+            client = s3_client(svc.url, connect_timeout=5, read_timeout=60)
+            client.create_bucket(Bucket="late", CreateBucketConfiguration={"LocationConstraint": "cold"})
+            assert error_of(lambda: client.put_object(Bucket="late", Key="k", Body=b"x"))[0] == 503
+            hung.mode = "pass"
+
+            def stored() -> bool:
+                try:
+                    client.put_object(Bucket="late", Key="k", Body=b"x")
+                except ClientError:
+                    return False
+                return True
+
+            wait_until(stored, timeout=60, what="the bucket served once its backend answers")
+            assert client.get_object(Bucket="late", Key="k")["Body"].read() == b"x"
+
+
+def test_second_gateway_on_the_same_bucket_and_prefix_refuses_it(
+    tmp_path: Path, s3: Any, back: Any, cold: str, passing: SwitchProxy
+) -> None:
+    put_cold(s3, back, cold, "kept", b"a" * 1000)
+    with running_gateway(tmp_path / "data", config=front_config(passing.url)) as other:
+        wait_until(lambda: "belongs to another gateway" in "".join(other.output), timeout=60,
+                   what="the second gateway refusing the repository")
+        client = s3_client(other.url)
+        client.create_bucket(Bucket="other", CreateBucketConfiguration={"LocationConstraint": "cold"})
+        status, _, _ = error_of(lambda: client.put_object(Bucket="other", Key="k", Body=b"x"))
+        assert status == 500
+    # the first gateway's object is still there (old code: deleted as a leftover)
+    assert s3.get_object(Bucket=cold, Key="kept")["Body"].read() == b"a" * 1000
