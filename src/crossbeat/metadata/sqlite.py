@@ -400,6 +400,11 @@ class SqliteMetadataStore(MetadataStore):
         with self._read() as conn:
             return uploads.pending_frees(conn)
 
+    def intend_frees(self, locations: Sequence[tuple[str, str]]) -> None:
+        if locations:
+            rows = list(locations)
+            self._write(lambda txn: uploads.record_frees(txn.conn, rows))
+
     def forget_frees(self, data_keys: Sequence[str]) -> None:
         if data_keys:
             keys = list(data_keys)

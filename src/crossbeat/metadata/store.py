@@ -97,6 +97,12 @@ class MetadataStore(abc.ABC):
         crash came between the commit and the freeing)."""
 
     @abc.abstractmethod
+    def intend_frees(self, locations: Sequence[tuple[str, str]]) -> None:
+        """Record (location, dataKey) pairs in `pending_frees`: data no metadata points at
+        any more that could not be deleted now (its repository unavailable), for the
+        cleanup pass to free."""
+
+    @abc.abstractmethod
     def forget_frees(self, data_keys: Sequence[str]) -> None:
         """The data of `data_keys` is freed: drop it from `pending_frees` (unknown keys are
         ignored)."""

@@ -139,8 +139,14 @@ def intend_free(conn: sqlite3.Connection, parts: list[Meta]) -> None:
     rows = [(loc["dataKey"], str(loc.get("location") or ""))
             for part in parts for loc in part.get("location") or []
             if isinstance(loc, dict) and isinstance(loc.get("dataKey"), str)]  # fmt: skip
-    if rows:
-        conn.executemany("INSERT OR REPLACE INTO pending_frees (data_key, location) VALUES (?, ?)", rows)
+    record_frees(conn, [(location, key) for key, location in rows])
+
+
+def record_frees(conn: sqlite3.Connection, locations: list[tuple[str, str]]) -> None:
+    """Record (location, dataKey) pairs in `pending_frees` (see `intend_free`)."""
+    if locations:
+        conn.executemany("INSERT OR REPLACE INTO pending_frees (data_key, location) VALUES (?, ?)",
+                         [(key, location) for location, key in locations])
 
 
 def pending_frees(conn: sqlite3.Connection) -> list[tuple[str, str]]:

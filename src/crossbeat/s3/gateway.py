@@ -327,6 +327,7 @@ class Gateway:
         recorded it: see metadata/uploads.intend_free), unless its meta says
         `"pendingFree": False` (a part no transaction recorded)."""
         freed_parts: list[str] = []
+        failed: list[tuple[str, str]] = []
         for meta in metas:
             for loc in meta.get("location") or []:
                 repo = self.repositories.get(loc.get("location", ""))
@@ -334,11 +335,13 @@ class Gateway:
                     continue
                 try:
                     repo.delete(loc["dataKey"])
-                except Exception:  # noqa: BLE001 - cleanup pass will retry orphans
+                except Exception:  # noqa: BLE001 - recorded below for the cleanup pass
                     log.exception("could not delete data %s", loc)
+                    failed.append((loc["location"], loc["dataKey"]))
                     continue
                 if "partNumber" in meta and meta.get("pendingFree", True):
                     freed_parts.append(loc["dataKey"])
+        self._free_later(failed)
         if freed_parts:
             try:
                 self.store.forget_frees(freed_parts)
@@ -355,6 +358,19 @@ class Gateway:
             except RepositoryUnavailable as exc:  # its queue is full: the metadata is gone already
                 log.warning("could not free the data of %d versions now (%s): left for the "
                             "cleanup pass", len(metas), exc)
+                await self.run(self._free_later, [(loc["location"], loc["dataKey"]) for m in metas
+                                                  for loc in m.get("location") or []])
+
+    def _free_later(self, locations: list[tuple[str, str]]) -> None:
+        """Record data that could not be deleted now in the store's `pending_frees`: the
+        cleanup pass frees it whatever its bound on orphans (a backend down for a while
+        leaves many), unless some location names it again by then."""
+        if not locations:
+            return
+        try:
+            self.store.intend_frees(locations)
+        except Exception as exc:  # noqa: BLE001 - left to the cleanup pass's orphan search
+            log.warning("could not record %d data to free later: %s", len(locations), exc)
 
     def versions(self, bucket: str) -> Iterator[dict[str, Any]]:
         """Every version and delete marker of `bucket`, page by page (worker thread)."""

@@ -260,3 +260,32 @@ def test_second_gateway_on_the_same_bucket_and_prefix_refuses_it(
         assert status == 500
     # the first gateway's object is still there (old code: deleted as a leftover)
     assert s3.get_object(Bucket=cold, Key="kept")["Body"].read() == b"a" * 1000
+
+
+def test_data_a_delete_could_not_free_is_freed_once_the_backend_is_back(
+    tmp_path: Path, backend: Service, back: Any
+) -> None:
+    """A DELETE while the backend is down drops the metadata (204, as S3 answers) and records
+    the data in the store's pending_frees: the next cleanup pass frees it, whatever its bound
+    on orphans. It was only logged, and an outage of many deletes left the data for good."""
+    with switch_proxy(backend.url) as proxy:
+        config = front_config(proxy.url, prefix="frees/")
+        with running_gateway(tmp_path / "data", config=config) as svc:
+            client = s3_client(svc.url, connect_timeout=5, read_timeout=60)
+            client.create_bucket(Bucket="gone", CreateBucketConfiguration={"LocationConstraint": "cold"})
+            before = set(_keys(back, "frees/"))
+            client.put_object(Bucket="gone", Key="k", Body=b"a" * 1000)
+            (stored,) = set(_keys(back, "frees/")) - before
+            proxy.mode = "close"
+            client.delete_object(Bucket="gone", Key="k")
+            assert error_of(lambda: client.head_object(Bucket="gone", Key="k"))[0] == 404
+            proxy.mode = "pass"
+            assert stored in _keys(back, "frees/")  # not freed yet
+        with running_gateway(tmp_path / "data", config=config):
+            wait_until(lambda: stored not in _keys(back, "frees/"), timeout=60,
+                       what="the cleanup pass to free the data the delete could not")
+
+
+def _keys(back: Any, prefix: str) -> list[str]:
+    pages = back.get_paginator("list_objects_v2").paginate(Bucket=BACKEND_BUCKET, Prefix=prefix)
+    return [item["Key"] for page in pages for item in page.get("Contents", [])]
