@@ -181,7 +181,8 @@ async def put_versioning(gw: Gateway, req: Request, p: Principal, ctx: Any) -> R
 
 async def put_replication(gw: Gateway, req: Request, p: Principal, ctx: Any) -> Response:
     bucket = await gw.bucket(req.bucket, p, fresh=True)
-    config = replication_config.parse_replication(await read_document(req, ctx), bucket.versioning)
+    config = replication_config.parse_replication(await read_document(req, ctx), bucket.versioning,
+                                                  gw.settings.replication_sites)
     await gw.run(gw.store.update_bucket, req.bucket, replication=config)
     gw.forget_bucket(req.bucket)
     return Response()

@@ -17,6 +17,11 @@ All need admin credentials (checked by the router). Bodies and answers are JSON.
 - POST batchRead | batchReplica | batchUpdate      → many versions per request (internal_batch)
 - GET  replication/failed?limit=&marker=          → versions whose replication FAILED
 - POST replication/retry                          → {"all": true} | {"bucket","key","versionId"}
+
+A replica (metadata create, replica, batchReplica) is created only in a bucket whose
+versioning is Enabled, as S3 requires of a replication destination; otherwise the answer is
+NoSuchBucket (DstBucketNotFound) or 409 InvalidBucketState (DstBucketUnversioned), and
+nothing changes (`version_check.replica_bucket_error`).
 """
 
 from __future__ import annotations
@@ -41,7 +46,12 @@ from crossbeat.s3.errors import S3Error
 from crossbeat.s3.http import Request, Response, client_gone
 from crossbeat.s3.internal_batch import batch_read, batch_replica, batch_update, unreferenced
 from crossbeat.s3.replication import global_status
-from crossbeat.s3.version_check import as_replica, check_version, is_location_list
+from crossbeat.s3.version_check import (
+    as_replica,
+    check_version,
+    is_location_list,
+    replica_bucket_error,
+)
 
 if TYPE_CHECKING:
     from crossbeat.s3.gateway import Gateway
@@ -220,11 +230,15 @@ async def put_metadata(gw: Gateway, req: Request, ctx: Any, bucket: str, key: st
     if not version_id:
         raise S3Error("InvalidArgument", "versionId is required")
     meta.update({"bucket": bucket, "key": key, "versionId": version_id})
-    if await gw.run(gw.store.get_bucket, bucket) is None:
+    found = await gw.run(gw.store.get_bucket, bucket)
+    if found is None:
         return json_response({"error": "NoSuchBucket", "bucket": bucket}, status=404)
     if doc.get("create"):
         if not meta.get("sortKey"):
             raise S3Error("InvalidArgument", "a created version needs its sortKey")
+        refusal = replica_bucket_error(found, bucket)
+        if refusal is not None:
+            raise refusal
         as_replica(meta)
         displaced = await gw.run(gw.store.put_version, meta)
         await gw.free(unreferenced(displaced, meta))
@@ -279,6 +293,9 @@ async def put_replica(gw: Gateway, req: Request, ctx: Any, bucket_name: str, key
     bucket = await gw.run(gw.store.get_bucket, bucket_name)
     if bucket is None:
         return json_response({"error": "NoSuchBucket", "bucket": bucket_name}, status=404)
+    refusal = replica_bucket_error(bucket, bucket_name)
+    if refusal is not None:
+        raise refusal  # before a byte is stored
 
     def commit(written: Written) -> dict[str, Any]:
         if written.size != int(meta.get("size") or 0):

@@ -17,6 +17,8 @@ nothing, the others go ahead (a malformed request as a whole is a 400 and change
     metadata's size and simple ETag, written and made durable, then the version created
     with its versionId and sortKey (a redelivered replica replaces itself). Metadata of the
     whole batch is committed in as few transactions as the store's group commit allows.
+    An item for a bucket that is missing or whose versioning is not Enabled is refused
+    (NoSuchBucket, InvalidBucketState: see `version_check.replica_bucket_error`).
 - POST batchUpdate  {"updates": [{"metadata": md, "expectedRevision": n}]}
     → {"results": [{"metadata": stored} | {"error": "RevisionMismatch", "current": md}
                    | {"error": "NoSuchVersion"} | {"error", "message"}]}
@@ -39,7 +41,7 @@ from crossbeat.s3.auth import AuthContext
 from crossbeat.s3.datapath import _write_whole, read_document, read_range_sync
 from crossbeat.s3.errors import S3Error, resource_error
 from crossbeat.s3.http import Request, Response
-from crossbeat.s3.version_check import as_replica, check_version
+from crossbeat.s3.version_check import as_replica, check_version, replica_bucket_error
 
 if TYPE_CHECKING:
     from crossbeat.s3.gateway import Gateway
@@ -125,8 +127,9 @@ async def batch_replica(gw: Gateway, req: Request, ctx: AuthContext) -> Response
         name = meta["bucket"]
         if name not in buckets:
             buckets[name] = await gw.run(gw.store.get_bucket, name)
-        if buckets[name] is None:
-            results[i] = _error("NoSuchBucket", f"no bucket {name!r}")
+        refusal = replica_bucket_error(buckets[name], name)
+        if refusal is not None:  # no data stored for it
+            results[i] = _error(refusal.code, refusal.message)
             continue
         valid.append((i, meta, data, gw.location_for(buckets[name])))
 

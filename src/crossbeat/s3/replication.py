@@ -18,13 +18,24 @@ def replication_info(
 
     Destination sites are the union over every enabled rule that matches the key and tags;
     delete markers replicate only through rules that enable DeleteMarkerReplication.
+    `destination` is the rules' Destination Bucket ARN (Arsenal's field): the bucket the
+    replicas go to at every one of those sites (the source bucket's name where a version
+    has no `destination`, as versions written before it was recorded).
     """
     config = bucket.replication
     if not config:
         return None
     sites: list[str] = []
+    destination = ""
     for rule in replication_config.matching_rules(config, key, tags):
         if delete_marker and not _replicates_delete_markers(rule):
+            continue
+        arn = str((rule.get("destination") or {}).get("bucket") or "")
+        # parse_replication admits one destination bucket per configuration; should a
+        # stored one name several, the highest-priority rule's wins, and rules to another
+        # bucket are left out rather than sending their sites' replicas to the wrong one.
+        destination = destination or arn
+        if arn != destination:
             continue
         for site in replication_config.destination_sites(rule):
             if site not in sites:
@@ -36,6 +47,7 @@ def replication_info(
         "role": config.get("role", ""),
         "storageClass": ",".join(sites),
         "content": ["METADATA"] if delete_marker else ["DATA", "METADATA"],
+        "destination": destination,
         "backends": [{"site": s, "status": PENDING, "dataStoreVersionId": ""} for s in sites],
         "preferredRead": "",
     }

@@ -21,13 +21,17 @@ match objects against its rules.
 EncryptionConfiguration, …) as nested dicts, so GET renders them back as sent.
 
 In crossbeat a rule's StorageClass names the destination *sites* (comma-separated), see
-`destination_sites`.
+`destination_sites`, and its Bucket the bucket the replicas go to at each of them. So every
+rule needs a StorageClass, and all rules name one destination bucket (a version's
+replicationInfo records one `destination`): both are refused otherwise, rather than a rule
+that would replicate nowhere, or to another bucket than it says.
 """
 
 from __future__ import annotations
 
 import re
 import uuid
+from collections.abc import Collection
 from typing import Any
 from xml.etree import ElementTree as ET
 
@@ -234,13 +238,21 @@ def _check_rules(rules: list[Rule]) -> None:
     schemas = {rule["schema"] for rule in rules}
     if len(schemas) > 1:
         raise _invalid_request("Rules of the V1 (Prefix) and V2 (Filter) schemas cannot be mixed.")
+    buckets = sorted({rule["destination"]["bucket"] for rule in rules})
+    if schemas == {"V2"} and len(buckets) > 1:
+        # AWS replicates to each; crossbeat records one destination per version
+        # (replicationInfo.destination), so the rules to the others would be ignored.
+        raise _invalid_request(
+            "crossbeat replicates a bucket to one destination bucket: all rules must name the"
+            f" same Destination Bucket, got {', '.join(buckets)}."
+        )
     if schemas == {"V2"}:
         priorities = [rule["priority"] for rule in rules]
         if len(set(priorities)) != len(priorities):
             raise _invalid_request("Found two rules with the same priority.")
         return
     # V1: one destination bucket, and no object may match two rules.
-    if len({rule["destination"]["bucket"] for rule in rules}) > 1:
+    if len(buckets) > 1:
         raise _invalid_request("All V1 rules must have the same destination bucket.")
     prefixes = sorted(rule["prefix"] for rule in rules)
     for before, after in zip(prefixes, prefixes[1:], strict=False):
@@ -251,15 +263,47 @@ def _check_rules(rules: list[Rule]) -> None:
             )
 
 
-def parse_replication(body: bytes | str, versioning: str) -> Config:
+def _check_sites(rules: list[Rule], sites: Collection[str] | None) -> None:
+    """Every rule names its destination sites; with `sites` (the sites the replication
+    pipelines are configured with), only those."""
+    configured = f" (configured: {', '.join(sorted(sites)) or 'none'})" if sites is not None else ""
+    for number, rule in enumerate(rules, start=1):
+        which = f"Rule {rule['id']!r}" if rule["id"] is not None else f"Rule {number}"
+        named = destination_sites(rule)
+        if not named:
+            # AWS takes a rule without StorageClass (the replica keeps the source's class);
+            # here it would replicate nowhere, and its objects would get no status at all.
+            raise _invalid_request(
+                f"{which}: the Destination StorageClass names the crossbeat site(s) to"
+                " replicate to, comma-separated (for example <StorageClass>b</StorageClass>),"
+                f" and is required{configured}."
+            )
+        unknown = [site for site in named if sites is not None and site not in sites]
+        if unknown:
+            raise _invalid_request(
+                f"{which}: the Destination StorageClass names the crossbeat site(s) to"
+                f" replicate to, and {', '.join(map(repr, unknown))} is not a configured"
+                f" site{configured}."
+            )
+
+
+def parse_replication(
+    body: bytes | str, versioning: str, sites: Collection[str] | None = None
+) -> Config:
     """Validate a PutBucketReplication body for a bucket whose versioning status is
     `versioning` and return the configuration dict (see the module docstring).
+
+    `sites`: the destination sites the replication pipelines know (the gateway's
+    `replication_sites`); None when the gateway is not told, and then a rule may name any
+    site (the pipeline fails the versions of a site it does not know).
 
     Errors (as AWS): versioning not Enabled → InvalidRequest; ill-formed or missing required
     elements → MalformedXML; bad Role or destination ARN, duplicate rule IDs → InvalidArgument;
     V2 rule without Priority or DeleteMarkerReplication, tag filter with delete marker
     replication Enabled, duplicate priorities, mixed V1/V2 rules, overlapping V1 prefixes,
-    more than 1000 rules → InvalidRequest."""
+    more than 1000 rules → InvalidRequest. And crossbeat's own (InvalidRequest): a rule
+    without StorageClass, or naming a site not in `sites`; rules naming several
+    destination buckets."""
     root = parse_xml(body)
     if root.tag != "ReplicationConfiguration":
         raise _malformed("Expected a ReplicationConfiguration document.")
@@ -281,6 +325,7 @@ def parse_replication(body: bytes | str, versioning: str) -> Config:
         raise _invalid_request(f"A replication configuration may hold at most {MAX_RULES} rules.")
     rules = [_parse_rule(element) for element in elements]
     _check_rules(rules)
+    _check_sites(rules, sites)
     taken = {rule["id"] for rule in rules}
     for rule in rules:
         while rule["id"] is None:

@@ -52,6 +52,13 @@ class GatewaySettings(BaseSettings):
     # client configured for virtual-hosted style would have `PUT /key` read as CreateBucket.
     virtual_host_domains: list[str] = Field(default_factory=lambda: ["localhost"])
     site: str = "a"
+    # The destination sites the replication pipelines reading this gateway are configured
+    # with (their [extensions.replication.sites]): the only names a replication rule's
+    # StorageClass may use (`replication_config.parse_replication`'s `sites`), so that a
+    # typo or an AWS class ("STANDARD") is refused at PutBucketReplication rather than
+    # failed by the pipeline for each object. None: not told, any name is taken.
+    # `crossbeat up` sets it for site a.
+    replication_sites: list[str] | None = None
     repositories: dict[str, dict[str, Any]] = Field(default_factory=dict)
     default_location: str = "default"
     chunk_size: int = 4 * 1024 * 1024
@@ -102,6 +109,16 @@ class GatewaySettings(BaseSettings):
     def _host_and_port(cls, value: str) -> str:
         parse_listen(value)
         return value
+
+    @field_validator("replication_sites")
+    @classmethod
+    def _site_names(cls, value: list[str] | None) -> list[str] | None:
+        if value is None:
+            return None
+        sites = [s.strip() for s in value]
+        if not all(sites) or any("," in s for s in sites):
+            raise ValueError("replication_sites are site names: not empty, without commas")
+        return sites
 
     @field_validator("virtual_host_domains")
     @classmethod

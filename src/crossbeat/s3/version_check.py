@@ -6,7 +6,8 @@ The replication engine writes raw metadata through `/_/crossbeat/metadata`, `rep
 that is not a number, no ETag, an unparsable lastModified, a location that is not a list of
 data locations) used to be stored as given, and then every GET of the object, and every
 listing of its bucket, failed with a 500. Such a document is refused here with
-InvalidArgument naming the field, and nothing changes.
+InvalidArgument naming the field, and nothing changes. A replica is refused, likewise,
+in a bucket that could not hold it as S3 would (`replica_bucket_error`).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 from typing import Any, TypeGuard
 from urllib.parse import quote
 
+from crossbeat.metadata import Bucket
 from crossbeat.s3.errors import S3Error
 from crossbeat.s3.objectmeta import check_echoable, parse_iso
 
@@ -124,3 +126,27 @@ def as_replica(meta: dict[str, Any]) -> None:
     info.setdefault("backends", [])
     info.setdefault("preferredRead", "")
     meta["replicationInfo"] = info
+
+
+def replica_bucket_error(bucket: Bucket | None, name: str) -> S3Error | None:
+    """Why no replica version may be created in bucket `name` (`bucket`, None if there is
+    none), or None. The reasons are S3 replication's failure reasons, which fail the
+    version (a 4xx: not retried) until `crossbeat replication retry`:
+    - DstBucketNotFound (NoSuchBucket, 404);
+    - DstBucketUnversioned (InvalidBucketState, 409) when versioning is not Enabled (never
+      enabled, or Suspended): a replica keeps its source's versionId, and non-null
+      versions in such a bucket are what no S3 bucket holds (a plain DELETE of the key
+      would answer 204 and remove nothing). S3 requires versioning at the destination too.
+    """
+    if bucket is None:
+        return S3Error("NoSuchBucket", f"DstBucketNotFound: the destination bucket {name!r} "
+                       "does not exist", resource=name)
+    if bucket.versioning != "Enabled":
+        state = bucket.versioning or "never enabled"
+        return S3Error(
+            "InvalidBucketState",
+            f"DstBucketUnversioned: the destination bucket {name!r} has versioning {state}: "
+            "replicas need it Enabled (then retry with `crossbeat replication retry`)",
+            status=409, resource=name,
+        )
+    return None

@@ -151,3 +151,28 @@ def test_a_relative_data_dir_holds_the_objects_where_it_says(tmp_path: Path) -> 
     assert not (tmp_path / "data" / "data").exists()
     with running_gateway(tmp_path / "data") as gw:
         assert s3_client(gw.url).get_object(Bucket="rel", Key="k")["Body"].read() == b"where it says"
+
+
+def test_replication_sites_setting_refuses_a_rule_naming_another_site(tmp_path: Path) -> None:
+    """[gateway] replication_sites: PutBucketReplication refuses a rule whose StorageClass
+    names a site not listed (what `crossbeat up` configures for site a), at once, rather
+    than leaving its versions to fail in the pipeline."""
+    with running_gateway(tmp_path / "data", config='[gateway]\nreplication_sites = ["b"]\n') as svc:
+        s3 = s3_client(svc.url)
+        s3.create_bucket(Bucket="src")
+        s3.put_bucket_versioning(Bucket="src", VersioningConfiguration={"Status": "Enabled"})
+
+        def rule(site: str) -> dict[str, object]:
+            return {"Role": "arn:aws:iam::000000000000:role/crossbeat",
+                    "Rules": [{"ID": "r", "Status": "Enabled", "Priority": 1, "Filter": {"Prefix": ""},
+                                           "DeleteMarkerReplication": {"Status": "Disabled"},
+                                           "Destination": {"Bucket": "arn:aws:s3:::dst", "StorageClass": site}}]}
+
+        with pytest.raises(ClientError) as exc:
+            s3.put_bucket_replication(Bucket="src", ReplicationConfiguration=rule("STANDARD"))
+        assert exc.value.response["Error"]["Code"] == "InvalidRequest"
+        assert "STANDARD" in exc.value.response["Error"]["Message"]
+        with pytest.raises(ClientError):
+            s3.get_bucket_replication(Bucket="src")  # nothing stored
+        s3.put_bucket_replication(Bucket="src", ReplicationConfiguration=rule("b"))
+        assert s3.get_bucket_replication(Bucket="src")["ReplicationConfiguration"]["Rules"][0]["ID"] == "r"

@@ -145,8 +145,9 @@ def test_a_version_written_by_a_replica_route_is_a_replica(gateway: Service, s3:
     """Whatever status the caller sends (none, or PENDING, which would have the destination
     replicate it again), a version created through metadata create or replica is REPLICA."""
     url = gateway.url
-    s3.put_object(Bucket=bucket, Key="src", Body=b"payload")
-    meta = signed("GET", f"{url}/_/crossbeat/metadata/{bucket}/src?versionId=null").json()
+    s3.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})  # replicas need it
+    vid = s3.put_object(Bucket=bucket, Key="src", Body=b"payload")["VersionId"]
+    meta = signed("GET", f"{url}/_/crossbeat/metadata/{bucket}/src?versionId={vid}").json()
     data = signed("PUT", f"{url}/_/crossbeat/data/{bucket}/plain", b"payload").json()
     plain = {k: v for k, v in meta.items() if k != "replicationInfo"}
     plain.update(key="plain", versionId="v-plain", sortKey="0" * 26, location=data["location"])

@@ -31,12 +31,15 @@ from tests.support.procs import Service
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 MiB = 1024 * 1024
 
-RULE = {
-    "Role": "arn:aws:iam::000000000000:role/crossbeat",
-    "Rules": [{"ID": "to-b", "Priority": 1, "Status": "Enabled", "Filter": {"Prefix": ""},
-               "DeleteMarkerReplication": {"Status": "Enabled"},
-               "Destination": {"Bucket": "arn:aws:s3:::destination", "StorageClass": "b"}}],
-}
+
+def rule(bucket: str) -> dict[str, Any]:
+    """Replicate `bucket` to the bucket of the same name at site b."""
+    return {
+        "Role": "arn:aws:iam::000000000000:role/crossbeat",
+        "Rules": [{"ID": "to-b", "Priority": 1, "Status": "Enabled", "Filter": {"Prefix": ""},
+                   "DeleteMarkerReplication": {"Status": "Enabled"},
+                   "Destination": {"Bucket": f"arn:aws:s3:::{bucket}", "StorageClass": "b"}}],
+    }
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +60,7 @@ def make_buckets(a: Service, b: Service, name: str, *, at_b: bool = True) -> Non
     sa = s3_client(a.url)
     sa.create_bucket(Bucket=name)
     sa.put_bucket_versioning(Bucket=name, VersioningConfiguration={"Status": "Enabled"})
-    sa.put_bucket_replication(Bucket=name, ReplicationConfiguration=RULE)
+    sa.put_bucket_replication(Bucket=name, ReplicationConfiguration=rule(name))
     if at_b:
         sb = s3_client(b.url)
         sb.create_bucket(Bucket=name)

@@ -47,13 +47,19 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 MiB = 1024 * 1024
 # above the multipart threshold (5 MiB, the least allowed): two parts, the last short
 SIZES = {"single": 1000, "multipart": 5 * MiB + 1000}
-RULE = {
-    "Role": "arn:aws:iam::000000000000:role/crossbeat",
-    # crossbeat's StorageClass names the destination sites: not a class to give the replica
-    "Rules": [{"ID": "to-b", "Priority": 1, "Status": "Enabled", "Filter": {"Prefix": ""},
-               "DeleteMarkerReplication": {"Status": "Enabled"},
-               "Destination": {"Bucket": "arn:aws:s3:::destination", "StorageClass": "b"}}],
-}
+
+
+def rule(bucket: str) -> dict[str, Any]:
+    """Replicate `bucket` to the bucket of the same name at site b."""
+    return {
+        "Role": "arn:aws:iam::000000000000:role/crossbeat",
+        # crossbeat's StorageClass names the destination sites: not a class to give the replica
+        "Rules": [{"ID": "to-b", "Priority": 1, "Status": "Enabled", "Filter": {"Prefix": ""},
+                   "DeleteMarkerReplication": {"Status": "Enabled"},
+                   "Destination": {"Bucket": f"arn:aws:s3:::{bucket}", "StorageClass": "b"}}],
+    }
+
+
 # what the replica must show as the source does (HEAD), besides metadata, tags and bytes
 HEAD_FIELDS = ("ContentType", "CacheControl", "ContentDisposition", "ContentEncoding",
                "ContentLanguage", "ExpiresString", "WebsiteRedirectLocation", "StorageClass",
@@ -96,7 +102,7 @@ def bucket_pair(gateways: tuple[Service, Service], name: str) -> tuple[Any, Any]
     for client in (sa, sb):
         client.create_bucket(Bucket=name)
         client.put_bucket_versioning(Bucket=name, VersioningConfiguration={"Status": "Enabled"})
-    sa.put_bucket_replication(Bucket=name, ReplicationConfiguration=RULE)
+    sa.put_bucket_replication(Bucket=name, ReplicationConfiguration=rule(name))
     return sa, sb
 
 

@@ -32,12 +32,18 @@ from tests.support.gateway import ROOT_AK, ROOT_SK, USERS_TOML, s3_client
 from tests.support.procs import Service, start_service, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
-RULE = {
-    "Role": "arn:aws:iam::000000000000:role/crossbeat",
-    "Rules": [{"ID": "to-b", "Priority": 1, "Status": "Enabled", "Filter": {"Prefix": ""},
-               "DeleteMarkerReplication": {"Status": "Enabled"},
-               "Destination": {"Bucket": "arn:aws:s3:::destination", "StorageClass": "b"}}],
-}
+
+
+def rule(bucket: str) -> dict[str, Any]:
+    """Replicate `bucket` to the bucket of the same name at site b."""
+    return {
+        "Role": "arn:aws:iam::000000000000:role/crossbeat",
+        "Rules": [{"ID": "to-b", "Priority": 1, "Status": "Enabled", "Filter": {"Prefix": ""},
+                   "DeleteMarkerReplication": {"Status": "Enabled"},
+                   "Destination": {"Bucket": f"arn:aws:s3:::{bucket}", "StorageClass": "b"}}],
+    }
+
+
 HOLDING = "holding"  # in the processor's warning when it starts to hold
 
 
@@ -96,7 +102,7 @@ def bucket_pair(a: Site, b: Site, name: str) -> tuple[Any, Any]:
     for client in (sa, sb):
         client.create_bucket(Bucket=name)
         client.put_bucket_versioning(Bucket=name, VersioningConfiguration={"Status": "Enabled"})
-    sa.put_bucket_replication(Bucket=name, ReplicationConfiguration=RULE)
+    sa.put_bucket_replication(Bucket=name, ReplicationConfiguration=rule(name))
     return sa, sb
 
 

@@ -300,7 +300,7 @@ def test_matching_rules_by_prefix_tags_status_and_priority() -> None:
                 rule_id="tagged",
                 priority="5",
                 filter_xml="<Filter><And><Prefix>logs/</Prefix><Tag><Key>t</Key><Value>1</Value></Tag></And></Filter>",
-                storage_class=None,
+                storage_class="d",
             ),
             rule(rule_id="off", priority="7", status="Disabled", filter_xml="<Filter/>"),
             rule(rule_id="any", priority="3", filter_xml="<Filter/>"),
@@ -318,7 +318,7 @@ def test_matching_rules_by_prefix_tags_status_and_priority() -> None:
     by_id = {r["id"]: r for r in parsed["rules"]}
     assert destination_sites(by_id["logs-high"]) == ["b", "c"]
     assert destination_sites(by_id["logs-low"]) == ["a"]
-    assert destination_sites(by_id["tagged"]) == []
+    assert destination_sites(by_id["tagged"]) == ["d"]
     assert matching_rules(None, "k", {}) == []
 
 

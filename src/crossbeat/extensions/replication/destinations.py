@@ -5,6 +5,9 @@ true replica: same versionId, sortKey (so the same version order), ETag, lastMod
 user metadata and tags, with replication status REPLICA. Data above the multipart threshold
 is sent as several data writes of `part_size` bytes, whose locations are concatenated.
 
+Both write to the bucket the replication rule names (`destination_bucket`: the version's
+replicationInfo `destination`), reading from the source bucket (`md["bucket"]`).
+
 `S3Destination` uses standard S3 calls (PutObject / multipart upload / DeleteObject), which
 is all a foreign S3 endpoint offers. What differs from a crossbeat destination:
 - the destination assigns its own versionId (kept as the backend's dataStoreVersionId) and
@@ -58,9 +61,30 @@ class Destination(Protocol):
         ...
 
 
+_BUCKET_ARN = "arn:aws:s3:::"
+
+
+def destination_bucket(md: dict[str, Any]) -> str:
+    """The bucket version `md` is replicated to: its replicationInfo `destination` (the
+    rule's Destination Bucket ARN, "arn:aws:s3:::NAME"), or the source bucket's name for a
+    version written before the gateway recorded it. A `destination` that names no bucket
+    fails the version (not retryable): guessing would write replicas where the rule does
+    not say."""
+    arn = (md.get("replicationInfo") or {}).get("destination")
+    if not arn:
+        return str(md["bucket"])
+    name = arn[len(_BUCKET_ARN):] if isinstance(arn, str) and arn.startswith(_BUCKET_ARN) else ""
+    if not name or "/" in name:
+        raise ReplicationError(f"{md['bucket']}/{md['key']}: replicationInfo destination {arn!r} "
+                               "is not an S3 bucket ARN", retryable=False)
+    return name
+
+
 def replica_metadata(md: dict[str, Any], location: list[dict[str, Any]]) -> dict[str, Any]:
-    """The destination's copy of source metadata `md`: status REPLICA, its own locations."""
+    """The destination's copy of source metadata `md`: in the destination bucket, status
+    REPLICA, its own locations."""
     replica = copy.deepcopy(md)
+    replica["bucket"] = destination_bucket(md)
     replica.pop("revision", None)
     info = dict(replica.get("replicationInfo") or {})
     info.update({"status": REPLICA, "backends": [], "preferredRead": ""})
@@ -122,6 +146,7 @@ class CrossbeatDestination:
 
     def replicate(self, md: dict[str, Any], source: GatewayClient) -> str:
         bucket, key, version_id = md["bucket"], md["key"], md["versionId"]
+        target = destination_bucket(md)
         size = int(md.get("size") or 0)
         # Small versions and delete markers are simply rewritten: creating a version with
         # the same versionId replaces the row and the gateway frees the displaced data, so
@@ -129,7 +154,7 @@ class CrossbeatDestination:
         # round trip per version; it pays only where a copy is expensive.
         existing = None
         if size > SMALL_VERSION_BYTES:
-            existing = self.client.get_metadata(bucket, key, version_id)
+            existing = self.client.get_metadata(target, key, version_id)
         if existing is not None and self._same_data(existing, md):
             if (existing.get("replicationInfo") or {}).get("status") == REPLICA and (
                 content_fingerprint(existing) == content_fingerprint(md)
@@ -178,6 +203,7 @@ class CrossbeatDestination:
 
     def _copy_data(self, md: dict[str, Any], source: GatewayClient) -> list[dict[str, Any]]:
         bucket, key, version_id = md["bucket"], md["key"], md["versionId"]
+        target = destination_bucket(md)
         size = int(md.get("size") or 0)
         locations: list[dict[str, Any]] = []
         try:
@@ -185,13 +211,13 @@ class CrossbeatDestination:
                 if size <= self.threshold:
                     digest = hashlib.md5(usedforsecurity=False)
                     counted = _counting(stream, digest)
-                    locs, md5 = self.client.put_data(bucket, key, counted, size)
+                    locs, md5 = self.client.put_data(target, key, counted, size)
                     locations.extend(locs)
                     self._verify(md, digest.hexdigest(), md5, size, sum(_sizes(locs)))
                 else:
                     buffer = _part_buffer(self.part_size)
                     while n := stream.readinto(buffer):
-                        locs, _ = self.client.put_data(bucket, key, memoryview(buffer)[:n], n)
+                        locs, _ = self.client.put_data(target, key, memoryview(buffer)[:n], n)
                         locations.extend(locs)
                     total = sum(_sizes(locations))
                     if total != size:
@@ -352,10 +378,11 @@ class S3Destination:
 
     def _replicate(self, md: dict[str, Any], source: GatewayClient) -> str:
         bucket, key, version_id = md["bucket"], md["key"], md["versionId"]
+        target = destination_bucket(md)
         if md.get("isDeleteMarker"):
-            resp = self.client.delete_object(Bucket=bucket, Key=key)
+            resp = self.client.delete_object(Bucket=target, Key=key)
             return str(resp.get("VersionId") or "")
-        current = self._head(bucket, key)
+        current = self._head(target, key)
         if current is not None and current.get("Metadata", {}).get(
             "crossbeat-source-version-id"
         ) == version_id:
@@ -366,24 +393,24 @@ class S3Destination:
             if size <= self.threshold:
                 body = b"".join(stream)
                 _check_size(md, len(body))
-                out = self._create(self.client.put_object, bucket, key, extra, Body=body)
+                out = self._create(self.client.put_object, target, key, extra, Body=body)
                 return str(out.get("VersionId") or "")
-            upload = self._create(self.client.create_multipart_upload, bucket, key, extra)
+            upload = self._create(self.client.create_multipart_upload, target, key, extra)
             upload_id = upload["UploadId"]
             try:
                 parts, read = [], 0
                 for number, part in enumerate(_exact_chunks(stream, self.part_size), start=1):
                     read += len(part)
                     done = self.client.upload_part(
-                        Bucket=bucket, Key=key, UploadId=upload_id, PartNumber=number, Body=part
+                        Bucket=target, Key=key, UploadId=upload_id, PartNumber=number, Body=part
                     )
                     parts.append({"PartNumber": number, "ETag": done["ETag"]})
                 _check_size(md, read)
                 out = self.client.complete_multipart_upload(
-                    Bucket=bucket, Key=key, UploadId=upload_id, MultipartUpload={"Parts": parts}
+                    Bucket=target, Key=key, UploadId=upload_id, MultipartUpload={"Parts": parts}
                 )
             except BaseException:
-                self.client.abort_multipart_upload(Bucket=bucket, Key=key, UploadId=upload_id)
+                self.client.abort_multipart_upload(Bucket=target, Key=key, UploadId=upload_id)
                 raise
             return str(out.get("VersionId") or "")
 

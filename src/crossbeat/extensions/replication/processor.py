@@ -5,6 +5,13 @@ For each `ReplicationEntry` naming this site, the processor re-reads the source 
 already COMPLETED or the version is gone, replicates with bounded retries, and returns a
 `ReplicationOutcome` (COMPLETED or FAILED) for `crossbeat-replication-status`.
 
+A site that no query replicates to (a rule's StorageClass naming a site that is not in
+`[extensions.replication.sites]`: "STANDARD", a typo) would leave its backends PENDING for
+ever, unnoticed. The processor of the first configured site (in name order; the pipeline
+runs one per configured site) fails them instead, with the reason in its log and in the
+outcome's `error`; once the rule or the configuration is fixed, `crossbeat replication
+retry` requeues them.
+
 An endpoint that does not answer is not a failure of the versions: `process_batch` holds
 them and returns only once both endpoints answer and they are settled (or after
 `unavailable_hold_s`), so the caller's offsets wait with them and an outage of the site,
@@ -127,7 +134,8 @@ class ReplicationProcessor:
         return self._outcome(entry, md, error, attempts, result or "")
 
     def process_batch(self, entries: Sequence[ReplicationEntry]) -> list[ReplicationOutcome]:
-        """Outcomes for `entries` (redelivered duplicates count once).
+        """Outcomes for `entries` (redelivered duplicates count once), with the FAILED
+        ones of sites that are not configured if this processor settles those.
 
         Against a crossbeat destination, small versions and delete markers travel in batches:
         one request reads a batch's metadata and inlined bytes at the source, one creates the
@@ -145,7 +153,7 @@ class ReplicationProcessor:
                 unique.setdefault((e.bucket, e.key, e.versionId), e)
         todo = list(unique.values())
         hold_s = self.settings.unavailable_hold_s
-        outcomes: list[ReplicationOutcome] = []
+        outcomes = self._unconfigured(entries)
         held_since: float | None = None
         while todo:
             settled, held = self._pass(todo, _Pass(hold=hold_s > 0))
@@ -168,6 +176,38 @@ class ReplicationProcessor:
             log.warning("replication to %s: endpoints answer again after %.0f s of holding",
                         self.site, time.monotonic() - held_since)
         return outcomes
+
+    def _unconfigured(self, entries: Sequence[ReplicationEntry]) -> list[ReplicationOutcome]:
+        """FAILED outcomes for the sites `entries` name that are not configured, if this is
+        the processor that settles them (the first configured site's; see the module
+        docstring), else none. Nothing is read: applying a FAILED outcome leaves a COMPLETED
+        site and a version gone as they are."""
+        if self.site != min(self.settings.sites, default=self.site):
+            return []
+        unknown: dict[tuple[str, str, str, str], ReplicationEntry] = {}
+        for e in entries:
+            for site in e.sites:
+                if site not in self.settings.sites:
+                    unknown.setdefault((e.bucket, e.key, e.versionId, site), e)
+        if not unknown:
+            return []
+        configured = ", ".join(sorted(self.settings.sites))
+        names = ", ".join(sorted({site for *_, site in unknown}))
+        bucket, key, version_id, _ = next(iter(unknown))
+        log.error("replication: failing %d version(s) (first %s/%s %s) for sites that are not "
+                  "configured: %s (configured: %s). Fix the bucket's replication rule "
+                  "(StorageClass names the sites) or configure the site, then run `crossbeat "
+                  "replication retry`", len(unknown), bucket, key, version_id, names, configured)
+        now = time.time()
+        return [
+            ReplicationOutcome(
+                bucket=e.bucket, key=e.key, versionId=e.versionId, site=site, status=FAILED,
+                dataStoreVersionId="", fingerprint="", attempts=0, ts=now,
+                error=f"site {site!r} is not configured for replication (configured: "
+                      f"{configured}); the rule's StorageClass names the destination sites",
+            )
+            for (*_, site), e in unknown.items()
+        ]
 
     def _wait_until_answering(self, deadline: float) -> None:
         """Probe the source and the site, backing off, until both answer (or `deadline`)."""
