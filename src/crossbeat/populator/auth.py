@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Generator, Mapping
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 import httpx
 from botocore.auth import SigV4Auth
@@ -39,7 +39,12 @@ class SigV4Signer:
         """The headers to add: X-Amz-Date, X-Amz-Content-SHA256 and Authorization.
 
         `payload_hash` is the body's hex SHA-256, or UNSIGNED_PAYLOAD for a streamed body.
+        ValueError if `url` is not an absolute http(s) URL (without a host there is no Host
+        header to sign, and botocore failed with an AttributeError).
         """
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"cannot sign a request to {url!r}: not an http(s)://HOST[:PORT] URL")
         signed = {
             name.lower(): value
             for name, value in headers.items()

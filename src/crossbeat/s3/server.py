@@ -103,8 +103,10 @@ def _serve_lean(gw: Gateway, sock: socket.socket) -> None:
     uvloop.run(main())
 
 
-def _die_with_parent() -> None:
-    """Linux: a worker gets SIGKILL when the supervising process dies (even by kill -9)."""
+def die_with_parent() -> None:
+    """Linux: this process (a forked worker, a child of `crossbeat up`) gets SIGKILL when
+    its parent dies, even by kill -9. Call it in the child, forked by a thread that lives
+    as long as the parent: PDEATHSIG fires when the forking thread ends."""
     try:
         import ctypes
 
@@ -153,7 +155,7 @@ def run_gateway(
     for _ in range(workers):
         pid = os.fork()
         if pid == 0:  # worker
-            _die_with_parent()
+            die_with_parent()
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
             signal.signal(signal.SIGINT, signal.SIG_DFL)
             code = 0
