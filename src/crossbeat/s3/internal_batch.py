@@ -127,7 +127,7 @@ async def batch_replica(gw: Gateway, req: Request, ctx: AuthContext) -> Response
         name = meta["bucket"]
         if name not in buckets:
             buckets[name] = await gw.run(gw.store.get_bucket, name)
-        refusal = replica_bucket_error(buckets[name], name)
+        refusal = replica_bucket_error(buckets[name], name, meta.get("owner"))
         if refusal is not None:  # no data stored for it
             results[i] = _error(refusal.code, refusal.message)
             continue

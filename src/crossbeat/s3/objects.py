@@ -405,6 +405,12 @@ async def get_object(gw: Gateway, req: Request, p: Principal, head: bool) -> Res
     return await retry_vanished(partial(_get_object, gw, req, head))
 
 
+async def read_object(gw: Gateway, req: Request) -> Response:
+    """GetObject of `req`'s bucket and key for a caller the owner check does not apply to
+    (the internal object route: see internal.get_object_bytes)."""
+    return await retry_vanished(partial(_get_object, gw, req, False))
+
+
 async def _get_object(gw: Gateway, req: Request, head: bool) -> Response:
     # Right here on the event loop: a metadata read and, for a small object, two small file
     # reads cost less than a worker thread's hand-offs. Larger bytes are read by a worker.

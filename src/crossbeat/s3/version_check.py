@@ -128,11 +128,18 @@ def as_replica(meta: dict[str, Any]) -> None:
     meta["replicationInfo"] = info
 
 
-def replica_bucket_error(bucket: Bucket | None, name: str) -> S3Error | None:
+def replica_bucket_error(bucket: Bucket | None, name: str, owner: object = None) -> S3Error | None:
     """Why no replica version may be created in bucket `name` (`bucket`, None if there is
-    none), or None. The reasons are S3 replication's failure reasons, which fail the
-    version (a 4xx: not retried) until `crossbeat replication retry`:
+    none) for a source whose bucket's owner is `owner` (the version's `owner`), or None.
+    The reasons are S3 replication's failure reasons, which fail the version (a 4xx: not
+    retried) until `crossbeat replication retry`:
     - DstBucketNotFound (NoSuchBucket, 404);
+    - DstBucketAccessDenied (AccessDenied, 403) when the destination bucket has another
+      owner: a rule names its destination bucket freely, and the pipeline writes with
+      admin credentials, so without this any user could overwrite any other user's objects
+      on the destination site by naming their bucket (S3 requires the destination owner's
+      grant; crossbeat replicates only between buckets of one owner). A version without an
+      owner (written by an older crossbeat) is not checked;
     - DstBucketUnversioned (InvalidBucketState, 409) when versioning is not Enabled (never
       enabled, or Suspended): a replica keeps its source's versionId, and non-null
       versions in such a bucket are what no S3 bucket holds (a plain DELETE of the key
@@ -141,6 +148,9 @@ def replica_bucket_error(bucket: Bucket | None, name: str) -> S3Error | None:
     if bucket is None:
         return S3Error("NoSuchBucket", f"DstBucketNotFound: the destination bucket {name!r} "
                        "does not exist", resource=name)
+    if isinstance(owner, str) and owner and bucket.owner != owner:
+        return S3Error("AccessDenied", f"DstBucketAccessDenied: the destination bucket {name!r} "
+                       "belongs to another owner than the source bucket", resource=name)
     if bucket.versioning != "Enabled":
         state = bucket.versioning or "never enabled"
         return S3Error(

@@ -244,3 +244,46 @@ def test_a_site_the_pipeline_does_not_know_fails_with_the_reason_logged(
     assert {x["site"]: x["status"] for x in info["backends"]} == {"b": "COMPLETED", "STANDARD": "FAILED"}
     failed = signed("GET", f"{a.url}/_/crossbeat/replication/failed").json()["failed"]
     assert ("unknown-site", "k", vid) in [(f["bucket"], f["key"], f["versionId"]) for f in failed]
+
+
+def test_a_rule_cannot_write_into_another_owners_bucket(sites: tuple[Service, Service]) -> None:
+    """The pipeline writes with admin credentials, and a rule names its destination bucket
+    freely: a replica into a bucket of another owner than the source bucket's is refused
+    (DstBucketAccessDenied: FAILED), by every writer. Alice's rule naming root's bucket
+    overwrote root's object there (found by an adversarial review)."""
+    from tests.support.gateway import USER_AK, USER_SK
+
+    a, b = sites
+    owner_b = s3_client(b.url)
+    versioned(owner_b, "payroll")
+    owner_b.put_object(Bucket="payroll", Key="salaries.csv", Body=b"real data")
+    alice_a = s3_client(a.url, USER_AK, USER_SK)
+    versioned(alice_a, "alice-src")
+    alice_a.put_bucket_replication(Bucket="alice-src", ReplicationConfiguration=rule("payroll"))
+    alice_a.put_object(Bucket="alice-src", Key="salaries.csv", Body=b"alice was here")
+    alice_a.put_object(Bucket="alice-src", Key="large", Body=b"L" * LARGE)
+    alice_a.delete_object(Bucket="alice-src", Key="gone")
+    outcomes = ReplicationProcessor(settings(a, b), "b").process_batch(entries(alice_a, "alice-src"))
+    assert [o.status for o in outcomes] == ["FAILED"] * 3, [(o.status, o.error) for o in outcomes]
+    assert all("DstBucketAccessDenied" in (o.error or "") for o in outcomes), [o.error for o in outcomes]
+    assert owner_b.get_object(Bucket="payroll", Key="salaries.csv")["Body"].read() == b"real data"
+    assert [row[0] for row in listing(owner_b, "payroll")] == ["salaries.csv"]
+
+
+def test_a_users_own_buckets_replicate_large_versions_too(sites: tuple[Service, Service]) -> None:
+    """The pipeline reads a large version's bytes through the internal object route: a
+    plain GET with admin credentials is AccessDenied in a user's bucket, so every version
+    above the batch path's inline limit in a bucket the admin did not own went FAILED."""
+    from tests.support.gateway import USER_AK, USER_SK
+
+    a, b = sites
+    alice_a, alice_b = s3_client(a.url, USER_AK, USER_SK), s3_client(b.url, USER_AK, USER_SK)
+    versioned(alice_a, "alice-own")
+    versioned(alice_b, "alice-own-dst")
+    alice_a.put_bucket_replication(Bucket="alice-own", ReplicationConfiguration=rule("alice-own-dst"))
+    alice_a.put_object(Bucket="alice-own", Key="small", Body=b"s" * 100)
+    alice_a.put_object(Bucket="alice-own", Key="large", Body=b"L" * LARGE)
+    rs = settings(a, b)
+    outcomes = ReplicationProcessor(rs, "b").process_batch(entries(alice_a, "alice-own"))
+    assert [o.status for o in outcomes] == ["COMPLETED"] * 2, [(o.status, o.error) for o in outcomes]
+    assert alice_b.get_object(Bucket="alice-own-dst", Key="large")["Body"].read() == b"L" * LARGE
