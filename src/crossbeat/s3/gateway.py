@@ -385,7 +385,14 @@ class Gateway:
             key_marker, version_marker = page[-1]["key"], page[-1]["versionId"]
 
     def referenced_keys(self) -> set[tuple[str, str]]:
-        """Every (location, dataKey) that a version or an upload part points at."""
+        """Every (location, dataKey) that a version or an upload part points at.
+
+        Safe while requests are served (the remote repositories' cleanup runs then): data
+        only ever moves from an upload's parts to a version (CompleteMultipartUpload, one
+        transaction), so each bucket's parts are read before its versions. Read the other
+        way, a Complete committed between the two reads hid its parts from both, and their
+        data was deleted as leftovers (found by an adversarial review). Data written after
+        the walk began is the caller's age margin's to spare."""
         refs: set[tuple[str, str]] = set()
 
         def add(meta: dict[str, Any]) -> None:
@@ -393,8 +400,6 @@ class Gateway:
                 refs.add((loc["location"], loc["dataKey"]))
 
         for bucket in self.store.list_buckets():
-            for meta in self.versions(bucket.name):
-                add(meta)
             key_marker, upload_marker = "", ""
             while True:
                 uploads = self.store.list_uploads(
@@ -412,6 +417,8 @@ class Gateway:
                 if len(uploads) < 1000:
                     break
                 key_marker, upload_marker = uploads[-1]["key"], uploads[-1]["uploadId"]
+            for meta in self.versions(bucket.name):  # after the parts: see above
+                add(meta)
         return refs
 
     def cleanup(self, older_than_s: float = 0.0, *, remote: bool | None = None) -> list[str]:
