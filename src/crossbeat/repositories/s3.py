@@ -186,7 +186,7 @@ class S3Repository(Repository):
             found = self._marker_owner()
             if found is None:
                 self._write_marker()
-                found = self._marker_owner()  # two first starts at once: one marker wins
+                found = self._marker_owner()  # two first starts at once: the first write wins
             if found != self.owner:
                 self._foreign = (
                     f"s3 repository {self.name!r}: bucket {self.bucket!r} prefix {self.prefix!r} "
@@ -219,12 +219,23 @@ class S3Repository(Repository):
 
     def _write_marker(self) -> None:
         key = self.prefix + MARKER
+        body = json.dumps({"owner": self.owner}).encode()
         try:
             had_objects = next(iter(self._list()), None) is not None
-            self.client.put_object(
-                Bucket=self.bucket, Key=key, Body=json.dumps({"owner": self.owner}).encode(),
-                ContentType="application/json",
-            )
+            try:
+                # only if there is none: of two gateways starting at once, the second gets
+                # 412 and then reads the first one's marker (an unconditional write let
+                # each read back its own, and both adopted the prefix)
+                self.client.put_object(Bucket=self.bucket, Key=key, Body=body,
+                                       ContentType="application/json", IfNoneMatch="*")
+            except ClientError as exc:
+                if _code(exc) in ("PreconditionFailed", "ConditionalRequestConflict"):
+                    return  # another gateway's marker is there: claim() reads it
+                if _code(exc) not in ("NotImplemented", "InvalidArgument"):
+                    raise
+                # a backend without conditional writes: unconditional, the race left open
+                self.client.put_object(Bucket=self.bucket, Key=key, Body=body,
+                                       ContentType="application/json")
         except (ClientError, BotoCoreError) as exc:
             raise self._fail("write the ownership marker", key, exc) from exc
         if had_objects:

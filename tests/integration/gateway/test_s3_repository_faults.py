@@ -289,3 +289,21 @@ def test_data_a_delete_could_not_free_is_freed_once_the_backend_is_back(
 def _keys(back: Any, prefix: str) -> list[str]:
     pages = back.get_paginator("list_objects_v2").paginate(Bucket=BACKEND_BUCKET, Prefix=prefix)
     return [item["Key"] for page in pages for item in page.get("Contents", [])]
+
+
+def test_two_first_starts_at_once_cannot_both_adopt_a_prefix(backend: Service) -> None:
+    """Both gateways find no marker, then both write one: the write is conditional
+    (If-None-Match: *), so the second keeps the first's marker and refuses the prefix. It
+    was unconditional: each read its own back, and both adopted it (an adversarial review's
+    interleaving, driven step by step here)."""
+    from crossbeat.repositories.errors import RepositoryError
+    from crossbeat.repositories.s3 import S3Repository
+
+    first = S3Repository("cold", s3_client(backend.url), BACKEND_BUCKET, prefix="race/", owner="gateway-A")
+    second = S3Repository("cold", s3_client(backend.url), BACKEND_BUCKET, prefix="race/", owner="gateway-B")
+    assert first._marker_owner() is None and second._marker_owner() is None  # both look first
+    first._write_marker()
+    second._write_marker()  # what the second start does next, having seen no marker
+    first.claim()
+    with pytest.raises(RepositoryError, match="gateway-A"):
+        second.claim()
