@@ -11,7 +11,9 @@ Kafka's rules (KIP-98), which clients rely on:
   Kafka answers. A repeat older than the remembered window gets DUPLICATE_SEQUENCE_NUMBER.
 - Otherwise the batch must continue the sequence (last + 1, wrapping at 2^31) or be
   OUT_OF_ORDER_SEQUENCE_NUMBER; an older epoch is INVALID_PRODUCER_EPOCH; a newer epoch must
-  start at sequence 0; an unknown producer id starting past 0 is UNKNOWN_PRODUCER_ID.
+  start at sequence 0. A producer id the partition has no state for (expired, its batches
+  deleted, its topic re-created) is taken up at whatever sequence it sends, as Kafka does
+  since KIP-360 (it never answers UNKNOWN_PRODUCER_ID to a produce any more).
 
 What a partition remembers outlives a restart, as Kafka's producer state snapshots make it:
 it is saved to a snapshot file (`producer_snapshots`) at a clean shutdown and while the
@@ -484,10 +486,12 @@ class ProducerStates:
         if entry is not None and epoch < entry.epoch:
             return Verdict(ErrorCode.INVALID_PRODUCER_EPOCH)
         if entry is None or epoch > entry.epoch or not entry.batches:
-            if first != 0:
-                code = (ErrorCode.UNKNOWN_PRODUCER_ID if entry is None
-                        else ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER)
-                return Verdict(code)
+            # A producer this partition has no state for (its state expired, its topic was
+            # re-created, DeleteRecords or retention took its batches) may go on at any
+            # sequence, as Kafka's ProducerAppendInfo.checkSequence accepts it since KIP-360;
+            # UNKNOWN_PRODUCER_ID made librdkafka fail fatally with requests in flight
+            if first != 0 and entry is not None:
+                return Verdict(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER)
             entry = state[pid] = _ProducerEntry(epoch)
         else:
             for batch in entry.batches:

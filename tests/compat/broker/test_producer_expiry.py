@@ -40,7 +40,7 @@ def test_an_idle_idempotent_producer_is_forgotten_and_goes_on(tmp_path: Path) ->
         send(producer, "idem", [b"a", b"b"])
         wait_until(lambda: "dropped the state of 1 idle producers" in broker.output(),
                    what="the idle producer's state dropped")
-        send(producer, "idem", [b"c", b"d"])  # past sequence 0: UNKNOWN_PRODUCER_ID, handled
+        send(producer, "idem", [b"c", b"d"])  # past sequence 0: taken up anew, as in Kafka
         values = [m.value() for m in read_topic(broker.address, "idem", 4)]
         assert values == [b"a", b"b", b"c", b"d"]
 

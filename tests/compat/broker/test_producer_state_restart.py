@@ -187,3 +187,24 @@ def test_producer_ids_start_at_zero_when_a_topic_comes_first(tmp_path: Path) -> 
         assert [p.producer_id for p in active] == [0]
         assert "missing or damaged" not in broker.output()
         assert "ERROR" not in broker.output()
+
+
+def test_a_producer_the_partition_does_not_know_goes_on_at_its_sequence(tmp_path: Path) -> None:
+    """A producer whose state the partition lost (here its topic was deleted and made again
+    under it, as librdkafka's metadata request re-creates it) goes on at its next sequence,
+    as Kafka takes it up since KIP-360; UNKNOWN_PRODUCER_ID made librdkafka fail fatally
+    when it had requests in flight (found by a probe)."""
+    with running_broker(tmp_path / "b") as broker:
+        create_topic(broker.address, "t", 1)
+        with connect(broker.address) as sock:
+            for seq in range(3):
+                assert produce(sock, "t", batch(b"A%d" % seq, A, seq)) == (0, seq)
+        admin = AdminClient({"bootstrap.servers": broker.address})
+        admin.delete_topics(["t"])["t"].result(20)
+        create_topic(broker.address, "t", 1)
+        with connect(broker.address) as sock:
+            assert produce(sock, "t", batch(b"A3", A, 3)) == (0, 0)
+            assert produce(sock, "t", batch(b"A3", A, 3)) == (0, 0)  # its retry: a duplicate
+            code, _ = produce(sock, "t", batch(b"A9", A, 9))  # a gap is still refused
+            assert code not in (0, UNKNOWN_PRODUCER_ID)
+        assert [m.value() for m in read_topic(broker.address, "t", 1)] == [b"A3"]
