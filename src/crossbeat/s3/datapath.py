@@ -477,11 +477,11 @@ def read_range_sync(gw: Gateway, meta: dict[str, Any], start: int, end: int) -> 
     return _read_all(gw, _slices(meta.get("location") or [], start, end))
 
 
-async def read_all(gw: Gateway, meta: dict[str, Any], start: int = 0, end: int | None = None) -> bytes:
-    """Small-object convenience: the whole range as bytes."""
-    size = int(meta.get("size", 0))
-    stop = size if end is None else end
-    return await gw.run(_read_all, gw, _slices(meta.get("location") or [], start, stop))
+async def read_range(gw: Gateway, meta: dict[str, Any], start: int, end: int) -> bytes:
+    """Bytes [start, end) of a stored object, read whole (small ranges) on the threads that
+    may read them: a remote repository's own, else the shared workers (`io_repository`)."""
+    pieces = _slices(meta.get("location") or [], start, end)
+    return await gw.run_io(io_repository(gw, pieces), _read_all, gw, pieces)
 
 
 def run_sync(fn: Callable[..., T], *args: Any) -> T:

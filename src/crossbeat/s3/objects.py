@@ -25,6 +25,7 @@ from crossbeat.s3.datapath import (
     open_read,
     range_chunks,
     read_document,
+    read_range,
     read_range_sync,
     reads_locally,
     write_body,
@@ -420,8 +421,8 @@ async def _get_object(gw: Gateway, req: Request, head: bool) -> Response:
     add_expiration(gw, req.bucket, meta, headers)
     if head:
         return Response(status=status, headers=headers)
-    if data is None and end - start <= gw.settings.small_object_bytes and reads_locally(gw, meta, start, end):
-        data = await gw.run(read_range_sync, gw, meta, start, end)
+    if data is None and end - start <= gw.settings.small_object_bytes:
+        data = await read_range(gw, meta, start, end)
     if data is not None:
         return Response(status=status, headers=headers, body=data)
     stream = await open_read(gw, meta, start, end)
