@@ -1,12 +1,16 @@
-"""A TCP proxy that loses one answer: the network fault behind "did my request take effect?".
+"""TCP proxies in front of a server, for network faults.
 
-`LosingProxy` relays bytes between clients and an upstream server. The first request whose
+`LosingProxy` loses one answer: the network fault behind "did my request take effect?". It
+relays bytes between clients and an upstream server. The first request whose
 bytes contain `lose` reaches the server, which handles it; as soon as the server starts to
 answer, the proxy closes both sides instead of relaying the answer. The client sees a
 dropped connection for a request that did take effect.
 
 Clients are assumed not to pipeline (urllib3, httpx, botocore do not): when a request is
 sent, every earlier answer on that connection has been relayed.
+
+`SwitchProxy` relays, hangs or refuses, as switched at run time (a backend that hangs or is
+down).
 """
 
 from __future__ import annotations
@@ -14,20 +18,22 @@ from __future__ import annotations
 import socket
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import AbstractContextManager, contextmanager, suppress
+from typing import TypeVar
 from urllib.parse import urlsplit
 
 
-class LosingProxy:
-    def __init__(self, upstream_url: str, lose: bytes) -> None:
+class _Proxy:
+    """Listens on a free port (`url`) and hands each client connection, with a new one to
+    the upstream server, to `_relay`; a client whose upstream connection fails is closed."""
+
+    def __init__(self, upstream_url: str) -> None:
         parts = urlsplit(upstream_url)
         self.upstream = (parts.hostname or "127.0.0.1", parts.port or 80)
-        self.lose = lose
-        self.lost = threading.Event()  # set once an answer was dropped
-        self._armed = True
-        self._lock = threading.Lock()
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.url = f"http://127.0.0.1:{self._listener.getsockname()[1]}"
+
+    def start(self) -> None:
         threading.Thread(target=self._accept, daemon=True).start()
 
     def close(self) -> None:
@@ -39,10 +45,29 @@ class LosingProxy:
                 client, _ = self._listener.accept()
             except OSError:
                 return
-            server = socket.create_connection(self.upstream)
-            state = {"losing": False}
-            threading.Thread(target=self._requests, args=(client, server, state), daemon=True).start()
-            threading.Thread(target=self._answers, args=(server, client, state), daemon=True).start()
+            try:
+                server = socket.create_connection(self.upstream)
+            except OSError:
+                client.close()
+                continue
+            self._relay(client, server)
+
+    def _relay(self, client: socket.socket, server: socket.socket) -> None:
+        raise NotImplementedError
+
+
+class LosingProxy(_Proxy):
+    def __init__(self, upstream_url: str, lose: bytes) -> None:
+        super().__init__(upstream_url)
+        self.lose = lose
+        self.lost = threading.Event()  # set once an answer was dropped
+        self._armed = True
+        self._lock = threading.Lock()
+
+    def _relay(self, client: socket.socket, server: socket.socket) -> None:
+        state = {"losing": False}
+        threading.Thread(target=self._requests, args=(client, server, state), daemon=True).start()
+        threading.Thread(target=self._answers, args=(server, client, state), daemon=True).start()
 
     def _requests(self, client: socket.socket, server: socket.socket, state: dict[str, bool]) -> None:
         try:
@@ -67,26 +92,10 @@ class LosingProxy:
         except OSError:
             pass
         finally:
-            for s in (client, server):
-                _shut(s)
-                s.close()
+            _close(client, server)
 
 
-def _shut(s: socket.socket) -> None:
-    with suppress(OSError):
-        s.shutdown(socket.SHUT_RDWR)
-
-
-@contextmanager
-def losing_proxy(upstream_url: str, lose: bytes) -> Iterator[LosingProxy]:
-    proxy = LosingProxy(upstream_url, lose)
-    try:
-        yield proxy
-    finally:
-        proxy.close()
-
-
-class SwitchProxy:
+class SwitchProxy(_Proxy):
     """A TCP proxy whose behaviour is switched at run time (`mode`):
 
     - "pass": relay both ways;
@@ -98,30 +107,13 @@ class SwitchProxy:
     """
 
     def __init__(self, upstream_url: str) -> None:
-        parts = urlsplit(upstream_url)
-        self.upstream = (parts.hostname or "127.0.0.1", parts.port or 80)
+        super().__init__(upstream_url)
         self.mode = "pass"
         self.requests = 0
-        self._listener = socket.create_server(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{self._listener.getsockname()[1]}"
-        threading.Thread(target=self._accept, daemon=True).start()
 
-    def close(self) -> None:
-        self._listener.close()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                client, _ = self._listener.accept()
-            except OSError:
-                return
-            try:
-                server = socket.create_connection(self.upstream)
-            except OSError:
-                client.close()
-                continue
-            threading.Thread(target=self._requests, args=(client, server), daemon=True).start()
-            threading.Thread(target=self._answers, args=(server, client), daemon=True).start()
+    def _relay(self, client: socket.socket, server: socket.socket) -> None:
+        threading.Thread(target=self._requests, args=(client, server), daemon=True).start()
+        threading.Thread(target=self._answers, args=(server, client), daemon=True).start()
 
     def _requests(self, client: socket.socket, server: socket.socket) -> None:
         try:
@@ -146,15 +138,35 @@ class SwitchProxy:
         except OSError:
             pass
         finally:
-            for s in (client, server):
-                _shut(s)
-                s.close()
+            _close(client, server)
+
+
+def _shut(s: socket.socket) -> None:
+    with suppress(OSError):
+        s.shutdown(socket.SHUT_RDWR)
+
+
+def _close(*sockets: socket.socket) -> None:
+    for s in sockets:
+        _shut(s)
+        s.close()
+
+
+P = TypeVar("P", bound=_Proxy)
 
 
 @contextmanager
-def switch_proxy(upstream_url: str) -> Iterator[SwitchProxy]:
-    proxy = SwitchProxy(upstream_url)
+def _running(proxy: P) -> Iterator[P]:
+    proxy.start()
     try:
         yield proxy
     finally:
         proxy.close()
+
+
+def losing_proxy(upstream_url: str, lose: bytes) -> AbstractContextManager[LosingProxy]:
+    return _running(LosingProxy(upstream_url, lose))
+
+
+def switch_proxy(upstream_url: str) -> AbstractContextManager[SwitchProxy]:
+    return _running(SwitchProxy(upstream_url))
