@@ -27,19 +27,10 @@ from crossbeat.extensions.replication.settings import (
 from crossbeat.extensions.replication.status_updater import APPLIED, UNCHANGED, StatusUpdater
 from tests.support.gateway import ROOT_AK, ROOT_SK, running_gateway, s3_client, signed
 from tests.support.procs import Service
+from tests.support.replication import replication_rule as rule
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 MiB = 1024 * 1024
-
-
-def rule(bucket: str) -> dict[str, Any]:
-    """Replicate `bucket` to the bucket of the same name at site b."""
-    return {
-        "Role": "arn:aws:iam::000000000000:role/crossbeat",
-        "Rules": [{"ID": "to-b", "Priority": 1, "Status": "Enabled", "Filter": {"Prefix": ""},
-                   "DeleteMarkerReplication": {"Status": "Enabled"},
-                   "Destination": {"Bucket": f"arn:aws:s3:::{bucket}", "StorageClass": "b"}}],
-    }
 
 
 @pytest.fixture(scope="module")

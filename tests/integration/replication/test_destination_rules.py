@@ -34,6 +34,7 @@ from crossbeat.extensions.replication.settings import (
 from crossbeat.extensions.replication.status_updater import StatusUpdater
 from tests.support.gateway import ROOT_AK, ROOT_SK, running_gateway, s3_client, signed
 from tests.support.procs import Service
+from tests.support.replication import replication_rule as rule
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 LARGE = 2 * 1024 * 1024 + 3  # above the batch path's inline limit: data route + metadata create
@@ -55,16 +56,6 @@ def settings(
         retry=RetrySettings(max_attempts=2, max_seconds=2, backoff_min_s=0.05),
         unavailable_hold_s=0,
     )
-
-
-def rule(destination: str, storage_class: str = "b") -> dict[str, Any]:
-    return {
-        "Role": "arn:aws:iam::000000000000:role/crossbeat",
-        "Rules": [{"ID": "r", "Priority": 1, "Status": "Enabled", "Filter": {"Prefix": ""},
-                   "DeleteMarkerReplication": {"Status": "Enabled"},
-                   "Destination": {"Bucket": f"arn:aws:s3:::{destination}",
-                                   "StorageClass": storage_class}}],
-    }
 
 
 def versioned(client: Any, *names: str) -> None:

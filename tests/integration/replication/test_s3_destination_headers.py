@@ -42,22 +42,12 @@ from crossbeat.extensions.replication.settings import (
 )
 from tests.support.gateway import ROOT_AK, ROOT_SK, running_gateway, s3_client
 from tests.support.procs import Service
+from tests.support.replication import replication_rule as rule
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 MiB = 1024 * 1024
 # above the multipart threshold (5 MiB, the least allowed): two parts, the last short
 SIZES = {"single": 1000, "multipart": 5 * MiB + 1000}
-
-
-def rule(bucket: str) -> dict[str, Any]:
-    """Replicate `bucket` to the bucket of the same name at site b."""
-    return {
-        "Role": "arn:aws:iam::000000000000:role/crossbeat",
-        # crossbeat's StorageClass names the destination sites: not a class to give the replica
-        "Rules": [{"ID": "to-b", "Priority": 1, "Status": "Enabled", "Filter": {"Prefix": ""},
-                   "DeleteMarkerReplication": {"Status": "Enabled"},
-                   "Destination": {"Bucket": f"arn:aws:s3:::{bucket}", "StorageClass": "b"}}],
-    }
 
 
 # what the replica must show as the source does (HEAD), besides metadata, tags and bytes

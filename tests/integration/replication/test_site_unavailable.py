@@ -30,18 +30,9 @@ from crossbeat.extensions.replication.settings import (
 from tests.integration.replication.conftest import free_port
 from tests.support.gateway import ROOT_AK, ROOT_SK, USERS_TOML, s3_client
 from tests.support.procs import Service, start_service, wait_until
+from tests.support.replication import replication_rule as rule
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
-
-
-def rule(bucket: str) -> dict[str, Any]:
-    """Replicate `bucket` to the bucket of the same name at site b."""
-    return {
-        "Role": "arn:aws:iam::000000000000:role/crossbeat",
-        "Rules": [{"ID": "to-b", "Priority": 1, "Status": "Enabled", "Filter": {"Prefix": ""},
-                   "DeleteMarkerReplication": {"Status": "Enabled"},
-                   "Destination": {"Bucket": f"arn:aws:s3:::{bucket}", "StorageClass": "b"}}],
-    }
 
 
 HOLDING = "holding"  # in the processor's warning when it starts to hold
