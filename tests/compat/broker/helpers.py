@@ -9,8 +9,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka import Consumer, IsolationLevel, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
 from tests.support.procs import Service, start_service
 
@@ -167,3 +167,14 @@ def watermarks(address: str, topic: str, partition: int = 0) -> tuple[int, int]:
         return low, high
     finally:
         consumer.close()
+
+
+def stable_offsets(address: str, topic: str) -> tuple[int, int]:
+    """(last stable offset, high watermark) of partition 0, by ListOffsets."""
+    admin = AdminClient({"bootstrap.servers": address})
+    tp = TopicPartition(topic, 0)
+    out = []
+    for level in (IsolationLevel.READ_COMMITTED, IsolationLevel.READ_UNCOMMITTED):
+        result = admin.list_offsets({tp: OffsetSpec.latest()}, isolation_level=level)
+        out.append(result[tp].result(timeout=20).offset)
+    return out[0], out[1]

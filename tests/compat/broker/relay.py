@@ -50,6 +50,14 @@ class Relay:
         self._lock = threading.Lock()
         threading.Thread(target=self._accept, daemon=True).start()
 
+    def start_broker(self, broker: Any) -> None:
+        """Start `broker` (a BrokerProcess, again after a stop or kill), telling its clients
+        to connect here, and relay to where it listens now."""
+        if "--advertise" not in broker.extra:
+            broker.extra += ["--advertise", self.address]
+        broker.start()
+        self.point_to(bound_address(broker))
+
     def point_to(self, address: str) -> None:
         host, port = address.rsplit(":", 1)
         with self._lock:

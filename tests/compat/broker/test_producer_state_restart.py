@@ -111,9 +111,7 @@ def test_librdkafka_retry_of_a_batch_whose_answer_was_lost_over_a_kill_9(tmp_pat
     batch again and carries on. It is stored once, and no delivery fails."""
     with relay() as front:
         broker = configured_broker(tmp_path / "data")
-        broker.extra += ["--advertise", front.address]
-        broker.start()
-        front.point_to(bound_address(broker))
+        front.start_broker(broker)
         try:
             create_topic(front.address, "t", 1)
             errors: list[Any] = []
@@ -135,8 +133,7 @@ def test_librdkafka_retry_of_a_batch_whose_answer_was_lost_over_a_kill_9(tmp_pat
                     assert produce(sock, "t", batch(b"B%d" % seq, B, seq))[0] == 0
             broker.kill()
             front.drop_connections()
-            broker.start()
-            front.point_to(bound_address(broker))
+            front.start_broker(broker)
             assert producer.flush(60) == 0
             for i in (6, 7):
                 producer.produce("t", value=b"A%d" % i, on_delivery=report)

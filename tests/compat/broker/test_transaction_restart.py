@@ -8,25 +8,18 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from confluent_kafka import IsolationLevel, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, OffsetSpec
+from confluent_kafka import Producer, TopicPartition
 
-from tests.compat.broker.helpers import configured_broker, create_topic, new_consumer
-from tests.compat.broker.relay import bound_address, relay
+from tests.compat.broker.helpers import (
+    configured_broker,
+    create_topic,
+    new_consumer,
+    stable_offsets,
+)
+from tests.compat.broker.relay import relay
 from tests.support.procs import wait_until
 
 pytestmark = [pytest.mark.compat, pytest.mark.timeout(180)]
-
-
-def offsets(address: str, topic: str) -> tuple[int, int]:
-    """(last stable offset, high watermark) of partition 0, by ListOffsets."""
-    admin = AdminClient({"bootstrap.servers": address})
-    tp = TopicPartition(topic, 0)
-    out = []
-    for level in (IsolationLevel.READ_COMMITTED, IsolationLevel.READ_UNCOMMITTED):
-        result = admin.list_offsets({tp: OffsetSpec.latest()}, isolation_level=level)
-        out.append(result[tp].result(timeout=20).offset)
-    return out[0], out[1]
 
 
 def open_transaction_start(address: str, topic: str) -> list[int]:
@@ -48,9 +41,7 @@ def open_transaction_start(address: str, topic: str) -> list[int]:
 def test_a_transaction_open_over_a_restart_commits(tmp_path: Path, how: str) -> None:
     with relay() as front:
         broker = configured_broker(tmp_path / "data")
-        broker.extra += ["--advertise", front.address]
-        broker.start()
-        front.point_to(bound_address(broker))
+        front.start_broker(broker)
         try:
             create_topic(front.address, "t", 1)
             producer = Producer({"bootstrap.servers": front.address, "transactional.id": "tx",
@@ -65,14 +56,13 @@ def test_a_transaction_open_over_a_restart_commits(tmp_path: Path, how: str) -> 
             else:
                 broker.kill()
             front.drop_connections()
-            broker.start()
-            front.point_to(bound_address(broker))
+            front.start_broker(broker)
             # still open: read_committed readers are held before it, and the partition
             # names it (its index was built at the restart, not left to a first reader)
             assert open_transaction_start(front.address, "t") == [0]
-            assert offsets(front.address, "t") == (0, 5)
+            assert stable_offsets(front.address, "t") == (0, 5)
             producer.commit_transaction(60)
-            assert offsets(front.address, "t") == (6, 6)  # its 5 records and the marker
+            assert stable_offsets(front.address, "t") == (6, 6)  # its 5 records and the marker
             consumer = new_consumer(front.address, "reader", **{"isolation.level": "read_committed"})
             consumer.assign([TopicPartition("t", 0, 0)])
             values: list[bytes] = []

@@ -9,10 +9,16 @@ import uuid
 from typing import Any
 
 import pytest
-from confluent_kafka import IsolationLevel, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
+from confluent_kafka import KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
 
-from tests.compat.broker.helpers import BrokerProcess, consume_n, create_topic, new_consumer
+from tests.compat.broker.helpers import (
+    BrokerProcess,
+    consume_n,
+    create_topic,
+    new_consumer,
+    stable_offsets,
+)
 from tests.support.procs import wait_until
 
 pytestmark = [pytest.mark.compat, pytest.mark.timeout(120)]
@@ -45,17 +51,6 @@ def read_values(address: str, topic: str, n: int, isolation: str, timeout: float
         consumer.close()
 
 
-def offsets(address: str, topic: str) -> tuple[int, int]:
-    """(last stable offset, high watermark) of partition 0, by ListOffsets."""
-    admin = AdminClient({"bootstrap.servers": address})
-    tp = TopicPartition(topic, 0)
-    out = []
-    for level in (IsolationLevel.READ_COMMITTED, IsolationLevel.READ_UNCOMMITTED):
-        result = admin.list_offsets({tp: OffsetSpec.latest()}, isolation_level=level)
-        out.append(result[tp].result(timeout=20).offset)
-    return out[0], out[1]
-
-
 @pytest.fixture
 def topic(broker: BrokerProcess, topic_name: str) -> str:
     create_topic(broker.address, topic_name, 1)
@@ -82,7 +77,7 @@ def test_open_transaction_holds_the_last_stable_offset(broker: BrokerProcess, to
     open_one.produce(topic, value=b"pending")  # offset 2
     assert open_one.flush(20) == 0
     produce_txn(first, topic, [b"after"], commit=True)  # offset 3, marker 4
-    assert offsets(broker.address, topic) == (2, 5)
+    assert stable_offsets(broker.address, topic) == (2, 5)
 
     consumer = new_consumer(broker.address, "lso", **{"isolation.level": "read_committed"})
     consumer.subscribe([topic])
@@ -90,7 +85,7 @@ def test_open_transaction_holds_the_last_stable_offset(broker: BrokerProcess, to
         assert [m.value() for m in consume_n(consumer, 1)] == [b"first"]
         assert consume_n(consumer, 1, timeout=1) == []  # held at the open transaction
         open_one.commit_transaction(20)
-        assert offsets(broker.address, topic) == (6, 6)
+        assert stable_offsets(broker.address, topic) == (6, 6)
         assert [m.value() for m in consume_n(consumer, 2)] == [b"pending", b"after"]
     finally:
         consumer.close()
@@ -143,7 +138,7 @@ def test_transaction_left_open_times_out(broker: BrokerProcess, topic: str) -> N
     producer.begin_transaction()
     producer.produce(topic, value=b"too slow")
     assert producer.flush(20) == 0
-    wait_until(lambda: offsets(broker.address, topic) == (2, 2), timeout=20,
+    wait_until(lambda: stable_offsets(broker.address, topic) == (2, 2), timeout=20,
                what="the offsets after the abort")  # aborted: marker at 1
     with pytest.raises(KafkaException):
         producer.commit_transaction(20)
@@ -163,9 +158,9 @@ def test_restart_keeps_open_and_committed(broker: BrokerProcess, topic: str) -> 
     assert open_one.flush(20) == 0
     broker.kill()
     broker.start()
-    assert offsets(broker.address, topic) == (2, 3)  # kept, marker; lost: still open
+    assert stable_offsets(broker.address, topic) == (2, 3)  # kept, marker; lost: still open
     later = txn_producer(broker.address, "tx-crash")  # aborts it: its marker at 3
-    assert offsets(broker.address, topic) == (4, 4)
+    assert stable_offsets(broker.address, topic) == (4, 4)
     produce_txn(later, topic, [b"later"], commit=True)
     assert read_values(broker.address, topic, 2, "read_committed") == [b"kept", b"later"]
     assert read_values(broker.address, topic, 3, "read_uncommitted") == [
@@ -301,7 +296,7 @@ def hang_a_transaction(broker: BrokerProcess, topic: str) -> None:
     broker.kill()
     (broker.data_dir / "transactions.log").write_bytes(b"")  # the coordinator's state, lost
     broker.start()
-    assert offsets(broker.address, topic) == (2, 3)  # held at the hanging transaction
+    assert stable_offsets(broker.address, topic) == (2, 3)  # held at the hanging transaction
 
 
 def test_a_transaction_its_coordinator_lost_is_aborted_by_an_admin(
@@ -326,12 +321,12 @@ def test_a_transaction_its_coordinator_lost_is_aborted_by_an_admin(
         assert (hanging.current_transaction_start_offset, hanging.producer_epoch) == (2, 1)
         with pytest.raises(InvalidProducerEpochError):  # epoch 0's transaction is over
             admin.abort_transaction(AbortTransactionSpec(tp, hanging.producer_id, 0))
-        assert offsets(broker.address, topic) == (2, 3)
+        assert stable_offsets(broker.address, topic) == (2, 3)
         spec = AbortTransactionSpec(tp, hanging.producer_id, hanging.producer_epoch)
         admin.abort_transaction(spec)
-        assert offsets(broker.address, topic) == (4, 4)  # the abort marker at 3
+        assert stable_offsets(broker.address, topic) == (4, 4)  # the abort marker at 3
         admin.abort_transaction(spec)  # nothing open any more: no second marker
-        assert offsets(broker.address, topic) == (4, 4)
+        assert stable_offsets(broker.address, topic) == (4, 4)
         assert [p.current_transaction_start_offset
                 for p in admin.describe_producers([tp])[tp].active_producers] == [-1, -1]
     finally:
@@ -374,6 +369,6 @@ def test_the_transactions_command_finds_and_aborts_a_hanging_transaction(
     assert missing.returncode == 1 and "no transaction is open" in missing.stderr
     done = crossbeat("abort", "--topic", topic, "--partition", "0", "--start-offset", "2")
     assert done.returncode == 0 and "aborted the transaction" in done.stdout, done.stderr
-    assert offsets(broker.address, topic)[0] == 3  # now held only by the one under way
+    assert stable_offsets(broker.address, topic)[0] == 3  # now held only by the one under way
     ongoing.commit_transaction(20)
     assert read_values(broker.address, topic, 2, "read_committed") == [b"kept", b"under way"]
