@@ -37,8 +37,15 @@ import orjson
 
 from crossbeat.metadata.errors import MetadataError, NoSuchBucket, NoSuchVersion, RevisionMismatch
 from crossbeat.repositories import Location, ObjectWriter
+from crossbeat.repositories.errors import RepositoryUnavailable
 from crossbeat.s3.auth import AuthContext
-from crossbeat.s3.datapath import _write_whole, read_document, read_range_sync
+from crossbeat.s3.datapath import (
+    _write_whole,
+    read_document,
+    read_range,
+    read_range_sync,
+    reads_locally,
+)
 from crossbeat.s3.errors import S3Error, resource_error
 from crossbeat.s3.http import Request, Response
 from crossbeat.s3.version_check import as_replica, check_version, replica_bucket_error
@@ -88,26 +95,50 @@ async def batch_read(gw: Gateway, req: Request, ctx: AuthContext) -> Response:
         inline_below = min(int(req.query.get("inlineBelow") or 0), gw.settings.small_object_bytes)
     except ValueError as exc:
         raise S3Error("InvalidArgument", "inlineBelow must be an integer") from exc
-    return _json({"versions": await gw.run(_read_versions, gw, refs, inline_below)})
-
-
-def _read_versions(gw: Gateway, refs: list[tuple[str, str, str]], inline_below: int) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
+    metas = await gw.run(gw.store.get_versions, refs)
+    out: list[dict[str, Any]] = [{"metadata": meta} for meta in metas]
+    # Which versions to inline, within INLINE_TOTAL; each is read on the threads that may
+    # read it (a remote repository's own: a hung backend must not hold the shared workers
+    # every other request needs), the local ones together in one worker call.
+    local: list[tuple[int, dict[str, Any]]] = []
+    remote: list[tuple[int, dict[str, Any]]] = []
     inlined = 0
-    for meta in gw.store.get_versions(refs):
-        item: dict[str, Any] = {"metadata": meta}
-        size = int(meta.get("size") or 0) if meta else 0
-        inline = not (meta or {}).get("isDeleteMarker") and 0 < size <= inline_below
-        if meta is not None and inline and inlined + size <= INLINE_TOTAL:
-            try:
-                data = read_range_sync(gw, meta, 0, size)
-            except Exception as exc:  # noqa: BLE001 - per item: the caller falls back to GET
-                item["dataError"] = f"{type(exc).__name__}: {exc}"
-            else:
-                item["data"] = base64.b64encode(data).decode("ascii")
-                inlined += size
-        out.append(item)
+    for i, meta in enumerate(metas):
+        if meta is None or meta.get("isDeleteMarker"):
+            continue
+        size = int(meta.get("size") or 0)
+        if not 0 < size <= inline_below or inlined + size > INLINE_TOTAL:
+            continue
+        inlined += size
+        (local if reads_locally(gw, meta, 0, size) else remote).append((i, meta))
+    if local:
+        read = await gw.run(_read_all_of, gw, [meta for _, meta in local])
+        for (i, _), outcome in zip(local, read, strict=True):
+            _inline(out[i], outcome)
+    if remote:
+        read = await asyncio.gather(
+            *(read_range(gw, meta, 0, int(meta["size"])) for _, meta in remote), return_exceptions=True
+        )
+        for (i, _), outcome in zip(remote, read, strict=True):
+            _inline(out[i], outcome)
+    return _json({"versions": out})
+
+
+def _read_all_of(gw: Gateway, metas: list[dict[str, Any]]) -> list[bytes | BaseException]:
+    out: list[bytes | BaseException] = []
+    for meta in metas:
+        try:
+            out.append(read_range_sync(gw, meta, 0, int(meta["size"])))
+        except Exception as exc:  # noqa: BLE001 - per item: the caller falls back to GET
+            out.append(exc)
     return out
+
+
+def _inline(item: dict[str, Any], outcome: bytes | BaseException) -> None:
+    if isinstance(outcome, BaseException):
+        item["dataError"] = f"{type(outcome).__name__}: {outcome}"
+    else:
+        item["data"] = base64.b64encode(outcome).decode("ascii")
 
 
 # -- batchReplica ----------------------------------------------------------------------------
@@ -134,12 +165,14 @@ async def batch_replica(gw: Gateway, req: Request, ctx: AuthContext) -> Response
         valid.append((i, meta, data, gw.location_for(buckets[name])))
 
     # Data first (durable as a group), then the metadata of the whole batch.
-    written = await gw.run(_store_all, [(repo, data) for _, _, data, repo in valid])
+    written = await _store_on_their_threads(gw, [(repo, data) for _, _, data, repo in valid])
     ready: list[tuple[int, dict[str, Any]]] = []
     for (i, meta, _, _), w in zip(valid, written, strict=True):
         if isinstance(w, BaseException):
             wanting = resource_error(w)  # a full disk is InsufficientCapacity, as for a PUT
             code = wanting.code if wanting is not None else "InternalError"
+            if isinstance(w, RepositoryUnavailable):  # retryable, as a PUT's 503
+                code = "ServiceUnavailable"
             results[i] = _error(code, f"storing replica data: {w}")
             continue
         meta["location"] = [w.to_json()] if w is not None else []
@@ -189,6 +222,29 @@ def _replica(item: dict[str, Any]) -> tuple[dict[str, Any], bytes]:
     meta.pop("revision", None)
     meta.pop("isLatest", None)
     return meta, data
+
+
+async def _store_on_their_threads(
+    gw: Gateway, items: list[tuple[Any, bytes]]
+) -> list[Location | None | BaseException]:
+    """`_store_all` of `items`, in request order: the local repositories' together on the
+    shared workers, each remote repository's on its own threads (see `Gateway.run_io`)."""
+    groups: dict[int, list[int]] = {}
+    for i, (repo, _) in enumerate(items):
+        groups.setdefault(id(repo) if repo.io_executor is not None else 0, []).append(i)
+    out: list[Location | None | BaseException] = [None] * len(items)
+
+    async def store(indexes: list[int]) -> None:
+        repo = items[indexes[0]][0]
+        try:
+            written = await gw.run_io(repo, _store_all, [items[i] for i in indexes])
+        except Exception as exc:  # noqa: BLE001 - its queue full (503): each of its items fails
+            written = [exc] * len(indexes)
+        for i, w in zip(indexes, written, strict=True):
+            out[i] = w
+
+    await asyncio.gather(*(store(indexes) for indexes in groups.values()))
+    return out
 
 
 def _store_all(items: list[tuple[Any, bytes]]) -> list[Location | None | BaseException]:

@@ -10,7 +10,8 @@ backend are damaged by writing to the backend directly.
   found short once the body is streaming cuts the connection (never a hang); a copy from a
   short source fails and creates nothing;
 - a hung backend costs its buckets' requests a bounded time and a 503, and other buckets
-  are served meanwhile (the repository's I/O has its own threads); a gateway starts while
+  are served meanwhile (the repository's I/O has its own threads, the replication engine's
+  batch routes' included); a gateway starts while
   its backend hangs and serves the bucket once the backend answers;
 - a second gateway configured on the same backend bucket and prefix refuses the repository
   (ownership marker) instead of deleting the first one's objects as leftovers.
@@ -18,17 +19,28 @@ backend are damaged by writing to the backend directly.
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 from botocore.exceptions import BotoCoreError, ClientError
 
 from tests.support.faultproxy import SwitchProxy, switch_proxy
-from tests.support.gateway import ROOT_AK, ROOT_SK, USER_AK, USER_SK, running_gateway, s3_client
+from tests.support.gateway import (
+    ROOT_AK,
+    ROOT_SK,
+    USER_AK,
+    USER_SK,
+    running_gateway,
+    s3_client,
+    signed,
+)
 from tests.support.procs import Service, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
@@ -214,6 +226,62 @@ def test_hung_backend_answers_503_and_other_buckets_are_served(
     assert set(outcomes) == {(503, "ServiceUnavailable")}
     passing.mode = "pass"
     assert s3.get_object(Bucket=cold, Key="k")["Body"].read() == b"a" * 1000
+
+
+def _batch(url: str, route: str, doc: Any) -> Any:
+    return signed("POST", f"{url}/_/crossbeat/{route}", orjson.dumps(doc), {"content-type": "application/json"})
+
+
+def test_batch_routes_on_a_hung_backend_leave_the_shared_workers_free(
+    s3: Any, back: Any, cold: str, passing: SwitchProxy, front: Service
+) -> None:
+    """The replication engine's batch routes read and write a remote repository on its own
+    threads too: more batches for a hung backend than the gateway has shared workers leave
+    other buckets served, and each batch answers, item by item, in bounded time."""
+    s3.put_bucket_versioning(Bucket=cold, VersioningConfiguration={"Status": "Enabled"})
+    vid = s3.put_object(Bucket=cold, Key="k", Body=b"a" * 1000)["VersionId"]
+    s3.create_bucket(Bucket="local-batches")
+    s3.put_object(Bucket="local-batches", Key="k", Body=b"l" * 1000)
+    passing.mode = "hang"
+    passing.requests = 0
+    answers: list[dict[str, Any]] = []
+
+    def hung_batch(i: int) -> None:
+        if i % 2:
+            doc = {"versions": [{"bucket": cold, "key": "k", "versionId": vid}]}
+            answers.append(_batch(front.url, "batchRead?inlineBelow=4096", doc).json()["versions"][0])
+        else:
+            data = b"r%d" % i
+            md = {"bucket": cold, "key": f"r{i}", "versionId": f"0000000000000000000{i}rp", "sortKey":
+                  f"0000000000000000000{i}rp", "size": len(data), "etag": hashlib.md5(data).hexdigest(),
+                  "isDeleteMarker": False, "lastModified": "2026-11-22T00:00:00.000Z",
+                  "replicationInfo": {"status": "REPLICA"}}
+            doc = {"replicas": [{"metadata": md, "data": base64.b64encode(data).decode()}]}
+            answers.append(_batch(front.url, "batchReplica", doc).json()["results"][0])
+
+    threads = [threading.Thread(target=hung_batch, args=(i,), daemon=True) for i in range(8)]
+    for t in threads:
+        t.start()
+    wait_until(lambda: passing.requests > 0, timeout=30, what="a request reaching the hung backend")
+    slowest = 0.0
+    for _ in range(5):
+        began = time.monotonic()
+        assert s3.get_object(Bucket="local-batches", Key="k")["Body"].read() == b"l" * 1000
+        s3.put_object(Bucket="local-batches", Key="k2", Body=b"x" * 2 * MiB)
+        slowest = max(slowest, time.monotonic() - began)
+    assert slowest < 2.5  # not waiting for a worker a hung backend holds (4 s and more; 0.1 s here)
+    for t in threads:
+        t.join(timeout=120)
+    assert len(answers) == 8
+    reads = [a for a in answers if "metadata" in a]
+    writes = [a for a in answers if "metadata" not in a]
+    # a read that could not inline says why (the caller then GETs, which answers 503)
+    assert len(reads) == 4 and all(a["metadata"]["versionId"] == vid and "dataError" in a for a in reads)
+    # a replica the backend could not take is retryable, as a PUT's 503, and made nothing
+    assert [a.get("error") for a in writes] == ["ServiceUnavailable"] * 4
+    passing.mode = "pass"
+    listed = s3.list_object_versions(Bucket=cold).get("Versions", [])
+    assert [v["Key"] for v in listed] == ["k"]
 
 
 def test_backend_down_is_503(s3: Any, back: Any, cold: str, passing: SwitchProxy) -> None:
