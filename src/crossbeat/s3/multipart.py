@@ -23,7 +23,13 @@ from crossbeat.repositories import Location, Repository
 from crossbeat.s3 import checksums, listing, xmldoc
 from crossbeat.s3.auth import Principal
 from crossbeat.s3.body import BodyDecoder
-from crossbeat.s3.datapath import Written, read_document, write_body, write_stream
+from crossbeat.s3.datapath import (
+    Written,
+    copy_io_repository,
+    read_document,
+    write_body,
+    write_stream,
+)
 from crossbeat.s3.errors import S3Error
 from crossbeat.s3.http import Request, Response, xml_response
 from crossbeat.s3.lifecycle_config import abort_headers
@@ -199,8 +205,10 @@ async def upload_part_copy(gw: Gateway, req: Request, p: Principal, ctx: Any) ->
         if end - start > MAX_PART_BYTES:
             raise S3Error("InvalidRequest", "The specified copy source is larger than the maximum "
                           f"allowable size for a copy source: {MAX_PART_BYTES}")
-        location, md5_hex, checksum = await gw.run(
-            copy_data_checked, gw, src, gw.location_for(bucket), start, end, algorithm
+        target = gw.location_for(bucket)
+        # on a remote repository's own threads if source or target has some, as CopyObject
+        location, md5_hex, checksum = await gw.run_io(
+            copy_io_repository(gw, src, target), copy_data_checked, gw, src, target, start, end, algorithm
         )
         return src, location, md5_hex, checksum
 

@@ -228,6 +228,44 @@ def test_hung_backend_answers_503_and_other_buckets_are_served(
     assert s3.get_object(Bucket=cold, Key="k")["Body"].read() == b"a" * 1000
 
 
+def test_part_copies_from_a_hung_backend_leave_the_shared_workers_free(
+    s3: Any, back: Any, cold: str, passing: SwitchProxy, front: Service
+) -> None:
+    """UploadPartCopy reads a remote source on its repository's threads, as CopyObject."""
+    put_cold(s3, back, cold, "src", b"s" * 1000)
+    s3.create_bucket(Bucket="local-part-copies")
+    s3.put_object(Bucket="local-part-copies", Key="k", Body=b"l" * 1000)
+    upload = s3.create_multipart_upload(Bucket="local-part-copies", Key="m")["UploadId"]
+    passing.mode = "hang"
+    passing.requests = 0
+    outcomes: list[tuple[int, str]] = []
+
+    def hung_copy(number: int) -> None:
+        client = s3_client(front.url, connect_timeout=5, read_timeout=120)
+        try:
+            client.upload_part_copy(Bucket="local-part-copies", Key="m", UploadId=upload, PartNumber=number,
+                                    CopySource={"Bucket": cold, "Key": "src"})
+            outcomes.append((200, ""))
+        except ClientError as exc:
+            outcomes.append((exc.response["ResponseMetadata"]["HTTPStatusCode"], exc.response["Error"]["Code"]))
+
+    threads = [threading.Thread(target=hung_copy, args=(n,), daemon=True) for n in range(1, 9)]
+    for t in threads:
+        t.start()
+    wait_until(lambda: passing.requests > 0, timeout=30, what="a request reaching the hung backend")
+    slowest = 0.0
+    for _ in range(5):
+        began = time.monotonic()
+        assert s3.get_object(Bucket="local-part-copies", Key="k")["Body"].read() == b"l" * 1000
+        s3.put_object(Bucket="local-part-copies", Key="k2", Body=b"x" * 2 * MiB)
+        slowest = max(slowest, time.monotonic() - began)
+    assert slowest < 2.5  # not waiting for a worker a hung backend holds
+    for t in threads:
+        t.join(timeout=120)
+    assert set(outcomes) == {(503, "ServiceUnavailable")} and len(outcomes) == 8
+    assert s3.list_parts(Bucket="local-part-copies", Key="m", UploadId=upload).get("Parts", []) == []
+
+
 def _batch(url: str, route: str, doc: Any) -> Any:
     return signed("POST", f"{url}/_/crossbeat/{route}", orjson.dumps(doc), {"content-type": "application/json"})
 
