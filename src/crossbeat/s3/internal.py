@@ -10,9 +10,12 @@ All need admin credentials (checked by the router). Bodies and answers are JSON.
                                                    credentials own no user's bucket)
 - PUT  metadata/{bucket}/{key}?versionId=V       → {"metadata", "expectedRevision"} CAS, or
                                                    {"metadata", "create": true} (replica insert)
-- PUT  data/{bucket}/{key}[?md5=0]                → store bytes, {"location": [...], "md5"}
+- PUT  data/{bucket}/{key}[?md5=0][&owner=O]      → store bytes, {"location": [...], "md5"}
                                                    (md5=0: no MD5 is computed, "md5" is "";
-                                                   x-amz-checksum-* headers still verify)
+                                                   x-amz-checksum-* headers still verify);
+                                                   the data of a replica-to-be: refused, before
+                                                   a byte is stored, where its version could
+                                                   not be created (O: the source's owner)
 - PUT  replica/{bucket}/{key}?versionId=V         → bytes + metadata (header
                                                    x-amz-crossbeat-metadata: base64url JSON) in
                                                    one request: data written, checked against
@@ -22,7 +25,7 @@ All need admin credentials (checked by the router). Bodies and answers are JSON.
 - GET  replication/failed?limit=&marker=          → versions whose replication FAILED
 - POST replication/retry                          → {"all": true} | {"bucket","key","versionId"}
 
-A replica (metadata create, replica, batchReplica) is created only in a bucket whose
+A replica (metadata create, replica, batchReplica; data for one) is created only in a bucket whose
 versioning is Enabled, as S3 requires of a replication destination; otherwise the answer is
 NoSuchBucket (DstBucketNotFound) or 409 InvalidBucketState (DstBucketUnversioned), and
 nothing changes (`version_check.replica_bucket_error`).
@@ -285,6 +288,11 @@ async def put_data(gw: Gateway, req: Request, ctx: Any, bucket_name: str) -> Res
     bucket = await gw.run(gw.store.get_bucket, bucket_name)
     if bucket is None:
         return json_response({"error": "NoSuchBucket", "bucket": bucket_name}, status=404)
+    # the replica these bytes are for could not be made: say so before storing any (a
+    # large version's parts would be copied whole, then discarded)
+    refusal = replica_bucket_error(bucket, bucket_name, req.query.get("owner"))
+    if refusal is not None:
+        raise refusal
     location = req.query.get("location")
     if location is not None and location not in gw.repositories:
         raise S3Error("InvalidArgument", f"no data location {location!r}")

@@ -8,6 +8,7 @@
 - A destination bucket whose versioning is not Enabled (never enabled, Suspended) gets no
   replica: the versions go FAILED (S3's reason DstBucketUnversioned), and replicate once
   versioning is enabled and `replication retry` requeues them.
+  The same holds for a foreign S3 destination.
 - A site a rule names that the pipeline does not know goes FAILED, with the reason logged,
   instead of staying PENDING.
 """
@@ -155,6 +156,34 @@ def test_an_s3_destination_writes_to_the_bucket_the_rule_names(sites: tuple[Serv
     assert listing(sb, "s3-src") == []
 
 
+def test_an_s3_destination_without_versioning_fails_and_deletes_nothing(sites: tuple[Service, Service]) -> None:
+    """A foreign S3 destination bucket must have versioning Enabled too: there, a replicated
+    delete marker would have deleted the object itself."""
+    a, b = sites
+    sa, sb = s3_client(a.url), s3_client(b.url)
+    versioned(sa, "s3-plain-src")
+    sb.create_bucket(Bucket="s3-plain-dst")
+    sb.put_object(Bucket="s3-plain-dst", Key="k", Body=b"theirs")
+    sa.put_bucket_replication(Bucket="s3-plain-src", ReplicationConfiguration=rule("s3-plain-dst"))
+    sa.put_object(Bucket="s3-plain-src", Key="k", Body=b"data")
+    sa.delete_object(Bucket="s3-plain-src", Key="k")
+
+    rs = settings(a, b, {"b": SiteSettings(endpoint=b.url, type="s3")})
+    processor = ReplicationProcessor(rs, "b")
+    outcomes = processor.process_batch(entries(sa, "s3-plain-src"))
+    assert [o.status for o in outcomes] == ["FAILED", "FAILED"]
+    assert all("DstBucketUnversioned" in (o.error or "") for o in outcomes), [o.error for o in outcomes]
+    assert {o.attempts for o in outcomes} == {1}
+    assert sb.get_object(Bucket="s3-plain-dst", Key="k")["Body"].read() == b"theirs"
+
+    # versioning enabled since: the same processor (no restart) replicates them
+    sb.put_bucket_versioning(Bucket="s3-plain-dst", VersioningConfiguration={"Status": "Enabled"})
+    outcomes = processor.process_batch(entries(sa, "s3-plain-src"))
+    assert [o.status for o in outcomes] == ["COMPLETED", "COMPLETED"], [o.error for o in outcomes]
+    listed = sb.list_object_versions(Bucket="s3-plain-dst")
+    assert len(listed.get("Versions", [])) == 2 and len(listed.get("DeleteMarkers", [])) == 1
+
+
 @pytest.mark.parametrize("state", ["never", "Suspended"])
 def test_a_destination_without_versioning_fails_until_enabled_and_retried(
     sites: tuple[Service, Service], state: str
@@ -278,3 +307,28 @@ def test_a_users_own_buckets_replicate_large_versions_too(sites: tuple[Service, 
     outcomes = ReplicationProcessor(rs, "b").process_batch(entries(alice_a, "alice-own"))
     assert [o.status for o in outcomes] == ["COMPLETED"] * 2, [(o.status, o.error) for o in outcomes]
     assert alice_b.get_object(Bucket="alice-own-dst", Key="large")["Body"].read() == b"L" * LARGE
+
+
+def test_the_data_route_refuses_the_bytes_of_a_replica_it_could_not_make(sites: tuple[Service, Service]) -> None:
+    """A large version's bytes go first, a part at a time, through the data route: where its
+    version would be refused (bucket missing, unversioned, another owner's), the bytes are
+    refused too, before any is stored, rather than copied whole and then discarded."""
+    _, b = sites
+    sb = s3_client(b.url)
+    sb.create_bucket(Bucket="data-unversioned")
+    versioned(sb, "data-owned")
+    vid = sb.put_object(Bucket="data-owned", Key="mine", Body=b"m")["VersionId"]
+    owner = metadata(b.url, "data-owned", "mine", vid)["owner"]
+
+    def put(bucket: str, query: str = "") -> tuple[int, str]:
+        r = signed("PUT", f"{b.url}/_/crossbeat/data/{bucket}/k{query}", b"x" * 1000)
+        return r.status_code, r.text
+
+    status, text = put("data-unversioned")
+    assert status == 409 and "DstBucketUnversioned" in text
+    status, text = put("data-owned", "?owner=someone-else")
+    assert status == 403 and "DstBucketAccessDenied" in text
+    status, text = put("data-missing")
+    assert status == 404 and "NoSuchBucket" in text
+    status, text = put("data-owned", f"?owner={quote(owner, safe='')}")
+    assert status == 200 and orjson.loads(text)["location"][0]["size"] == 1000

@@ -22,6 +22,8 @@ is all a foreign S3 endpoint offers. What differs from a crossbeat destination:
   ASCII travels as one RFC 2047 encoded word (`=?UTF-8?B?...?=`), the form S3 reads and
   returns non-ASCII metadata in: S3 stores the text, a destination that does not decode
   it (crossbeat) stores the encoded word;
+- as on S3, the destination bucket must have versioning Enabled (checked once a minute per
+  bucket): otherwise the version is FAILED with DstBucketUnversioned;
 - the replica's storage class is the source version's own (crossbeat's rule StorageClass
   names sites, not a class); a class the destination refuses (InvalidStorageClass) is left
   out, and the replica gets the destination's default class.
@@ -34,6 +36,7 @@ import copy
 import hashlib
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Protocol, TypeVar
 from urllib.parse import urlencode
@@ -49,6 +52,8 @@ T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 SMALL_VERSION_BYTES = 1024 * 1024
+# how long an S3 destination bucket seen with versioning Enabled is taken to still have it
+VERSIONING_CHECKED_S = 60.0
 
 
 class Destination(Protocol):
@@ -204,6 +209,7 @@ class CrossbeatDestination:
     def _copy_data(self, md: dict[str, Any], source: GatewayClient) -> list[dict[str, Any]]:
         bucket, key, version_id = md["bucket"], md["key"], md["versionId"]
         target = destination_bucket(md)
+        owner = md.get("owner") if isinstance(md.get("owner"), str) else None
         size = int(md.get("size") or 0)
         locations: list[dict[str, Any]] = []
         try:
@@ -211,13 +217,13 @@ class CrossbeatDestination:
                 if size <= self.threshold:
                     digest = hashlib.md5(usedforsecurity=False)
                     counted = _counting(stream, digest)
-                    locs, md5 = self.client.put_data(target, key, counted, size)
+                    locs, md5 = self.client.put_data(target, key, counted, size, owner)
                     locations.extend(locs)
                     self._verify(md, digest.hexdigest(), md5, size, sum(_sizes(locs)))
                 else:
                     buffer = _part_buffer(self.part_size)
                     while n := stream.readinto(buffer):
-                        locs, _ = self.client.put_data(target, key, memoryview(buffer)[:n], n)
+                        locs, _ = self.client.put_data(target, key, memoryview(buffer)[:n], n, owner)
                         locations.extend(locs)
                     total = sum(_sizes(locations))
                     if total != size:
@@ -338,6 +344,10 @@ class S3Destination:
         # (bucket, storage class) the destination answered InvalidStorageClass to: not asked
         # again, each version would cost a refused request (for the life of the process)
         self._refused_classes: set[tuple[str, str]] = set()
+        # bucket -> when its versioning was last seen Enabled (monotonic): asked again after
+        # VERSIONING_CHECKED_S, and at once while it is not
+        self._versioned: dict[str, float] = {}
+        self._versioned_lock = threading.Lock()
 
     def replicate(self, md: dict[str, Any], source: GatewayClient) -> str:
         """Write version `md` as a new version at the destination; its versionId there.
@@ -349,6 +359,27 @@ class S3Destination:
 
     def ping(self) -> None:
         self._call(self.client.list_buckets)
+
+    def _require_versioning(self, bucket: str) -> None:
+        """Refuse (DstBucketUnversioned, not retryable: FAILED until `replication retry`) a
+        destination bucket whose versioning is not Enabled, as S3 replication does and the
+        crossbeat destination does: there a replicated delete would remove the object
+        itself, and each replicated version would overwrite the one before."""
+        with self._versioned_lock:
+            seen = self._versioned.get(bucket)
+        if seen is not None and time.monotonic() - seen < VERSIONING_CHECKED_S:
+            return
+        status = self.client.get_bucket_versioning(Bucket=bucket).get("Status") or "never enabled"
+        if status != "Enabled":
+            with self._versioned_lock:
+                self._versioned.pop(bucket, None)
+            raise ReplicationError(
+                f"DstBucketUnversioned: the destination bucket {bucket!r} has versioning {status}: "
+                "replicas need it Enabled (then retry with `crossbeat replication retry`)",
+                retryable=False,
+            )
+        with self._versioned_lock:
+            self._versioned[bucket] = time.monotonic()
 
     @staticmethod
     def _call(fn: Callable[[], T]) -> T:
@@ -379,6 +410,7 @@ class S3Destination:
     def _replicate(self, md: dict[str, Any], source: GatewayClient) -> str:
         bucket, key, version_id = md["bucket"], md["key"], md["versionId"]
         target = destination_bucket(md)
+        self._require_versioning(target)
         if md.get("isDeleteMarker"):
             resp = self.client.delete_object(Bucket=target, Key=key)
             return str(resp.get("VersionId") or "")

@@ -226,9 +226,12 @@ class GatewayClient:
         return out
 
     def put_data(
-        self, bucket: str, key: str, body: bytes | memoryview | Iterator[bytes], length: int
+        self, bucket: str, key: str, body: bytes | memoryview | Iterator[bytes], length: int,
+        owner: str | None = None,
     ) -> tuple[list[dict[str, Any]], str]:
         """Store raw bytes in the bucket's location; returns (location entries, md5 hex).
+        The gateway refuses them, as it would the replica they are for, if the bucket is
+        missing, not versioned or (given the source bucket's `owner`) another owner's.
 
         A buffer is sent as an unsigned payload with its CRC32C, which the gateway verifies
         before it answers, and without asking for its MD5 (the md5 returned is then ""):
@@ -237,12 +240,16 @@ class GatewayClient:
         its MD5 returned, for the caller to compare with its own.
         """
         url = f"{INTERNAL}/data{quote_path(bucket, key)}"
+        query: dict[str, str | int | float] = {"owner": owner} if owner else {}
         headers = {"content-length": str(length)}
         if isinstance(body, (bytes, memoryview)):
             crc = crc32c.crc32c(body).to_bytes(4, "big")
             headers["x-amz-checksum-crc32c"] = base64.b64encode(crc).decode("ascii")
-            resp = self._request("PUT", url + "?md5=0", "put data", body, headers, unsigned=True)
+            url += "?" + quote_query({"md5": "0", **query})
+            resp = self._request("PUT", url, "put data", body, headers, unsigned=True)
         else:
+            if query:
+                url += "?" + quote_query(query)
             resp = self._request("PUT", url, "put data", body, headers)
         if resp.status != 200:
             raise http_error(f"put data {bucket}/{key}", resp.status, self._text(resp))
