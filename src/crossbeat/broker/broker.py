@@ -49,7 +49,9 @@ class Broker:
             consumer_heartbeat_interval_ms=settings.group_consumer_heartbeat_interval_ms,
             consumer_session_timeout_ms=settings.group_consumer_session_timeout_ms,
             on_members_change=offsets.note_members,
+            on_stable=offsets.note_stable,
         )
+        self.groups.restore(offsets.stable_groups())
         self.producers = ProducerStates(settings.data_dir / "producer_snapshots")
         self.producer_ids = ProducerIdAllocator(settings.data_dir)
         self.partition_txns = PartitionTxns()

@@ -14,8 +14,14 @@ only ever had standalone commits, or its log predates these lines). A commit is
 acknowledged only after its line is fsynced; concurrent commits share one fsync (group
 commit). On open the file is read front to back: a line that is torn (no newline) or
 fails its CRC ends the log and is cut off, so a crash loses only unacknowledged commits.
-A group the log leaves with members had them when the last broker stopped; they are gone
-now, so on open it is noted Empty as of then (durably, so a second restart keeps that time).
+A line with `"stable": {...}` (and `"members": true`) keeps what a classic group was when it
+last became Stable (the coordinator's `on_stable`, `groups.state.stable_doc`: generation,
+members, assignments), as Kafka's group metadata record does; an Empty note or a drop
+forgets it. On open, those groups are handed back (`stable_groups`) for the coordinator to
+restore: their members carry on. Any other group the log leaves with members (a KIP-848
+group, or a log that predates these lines) had them when the last broker stopped; they are
+gone now, so on open it is noted Empty as of then (durably, so a second restart keeps that
+time).
 When the log has grown past `compact_after` lines it is rewritten as a snapshot (write,
 fsync, rename, fsync dir) that keeps each offset's commit time and each group's last note.
 """
@@ -67,6 +73,7 @@ class _Group:
     offsets: dict[Key, CommittedOffset] = field(default_factory=dict)
     has_members: bool = False
     noted_ms: int | None = None  # when has_members was last noted; None: never
+    stable: dict[str, Any] | None = None  # the last Stable state of a classic group
 
 
 def _encode_line(doc: dict[str, Any]) -> bytes:
@@ -88,8 +95,12 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def _members_line(group: str, has_members: bool, ts: int) -> dict[str, Any]:
-    return {"g": group, "ts": ts, "o": [], "members": has_members}
+def _members_line(group: str, has_members: bool, ts: int,
+                  stable: dict[str, Any] | None = None) -> dict[str, Any]:
+    line = {"g": group, "ts": ts, "o": [], "members": has_members}
+    if stable is not None:
+        line["stable"] = stable
+    return line
 
 
 class OffsetStore:
@@ -118,7 +129,8 @@ class OffsetStore:
         try:
             # their members left with the broker that stopped: Empty from now on
             await asyncio.gather(*(store._submit(_members_line(g, False, now))
-                                   for g, r in store._groups.items() if r.has_members))
+                                   for g, r in store._groups.items()
+                                   if r.has_members and r.stable is None))
         except BaseException:
             await store.close()
             raise
@@ -159,6 +171,11 @@ class OffsetStore:
         if "members" in doc:
             record.has_members = bool(doc["members"])
             record.noted_ms = ts
+            stable = doc.get("stable")
+            if isinstance(stable, dict):
+                record.stable = stable
+            elif not record.has_members:
+                record.stable = None
         if not offsets and not record.has_members:
             del self._groups[group]
 
@@ -178,6 +195,11 @@ class OffsetStore:
         """Whether the last durable note of `group` is that it gained members."""
         record = self._groups.get(group)
         return record is not None and record.has_members
+
+    def stable_groups(self) -> dict[str, dict[str, Any]]:
+        """The classic groups whose last durable note is a Stable state (see `note_stable`),
+        with that state: the coordinator restores them at start."""
+        return {g: r.stable for g, r in self._groups.items() if r.has_members and r.stable is not None}
 
     def empty_since(self, group: str) -> int | None:
         """Wall-clock ms at which `group` last became Empty, as durably noted; None if it
@@ -208,6 +230,16 @@ class OffsetStore:
             log.debug("offset store closed: group %s note dropped", group)
             return
         self._enqueue(_members_line(group, has_members, _now_ms()), None)
+
+    def note_stable(self, group: str, state: dict[str, Any]) -> None:
+        """Note, durably but without waiting, that classic `group` became Stable as `state`
+        describes (it has members); kept until an Empty note or a drop. As `note_members`:
+        ordered with commits, nobody waits, a failed write is logged (the group's members
+        would then join again after a restart, as before this was kept)."""
+        if self._closed:
+            log.debug("offset store closed: group %s stable state dropped", group)
+            return
+        self._enqueue(_members_line(group, True, _now_ms(), state), None)
 
     async def drop_group(self, group: str) -> None:
         """Durably remove every offset `group` committed, then answer (DeleteGroups).
@@ -241,13 +273,15 @@ class OffsetStore:
 
     async def _write_loop(self) -> None:
         while True:
-            await self._wakeup.wait()
-            self._wakeup.clear()
-            batch, self._queue = self._queue, []
-            if not batch:
+            if not self._queue:
+                # looked at before each wait: a close() that came while a batch was being
+                # written set the event before that batch's loop cleared it
                 if self._closed:
                     return
+                await self._wakeup.wait()
+                self._wakeup.clear()
                 continue
+            batch, self._queue = self._queue, []
             data = b"".join(_encode_line(doc) for doc, _ in batch)
             try:
                 await asyncio.to_thread(self._write, data)
@@ -295,7 +329,7 @@ class OffsetStore:
                 lines.append(_encode_line({"g": group, "ts": ts, "o": entries}))
             if record.noted_ms is not None:  # after the offsets: an Empty note of none drops
                 lines.append(_encode_line(_members_line(group, record.has_members,
-                                                        record.noted_ms)))
+                                                        record.noted_ms, record.stable)))
         return b"".join(lines)
 
     def _compact(self, snapshot: bytes) -> None:

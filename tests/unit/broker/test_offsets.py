@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from crossbeat.broker.errors import ErrorCode
 from crossbeat.broker.offsets import FILE_NAME, OffsetStore
 from tests.support.smallfs import fill, small_filesystem
 
@@ -65,3 +66,51 @@ def test_a_compaction_the_full_disk_refuses_waits_for_as_many_lines(
             asyncio.run(run())
     failures = [r for r in caplog.records if "compaction failed" in r.getMessage()]
     assert 1 <= len(failures) <= 3
+
+
+def test_a_stable_group_is_kept_across_reopen_and_compaction_until_it_empties(tmp_path: Path) -> None:
+    """The coordinator's Stable state of a classic group is kept (the last one), restored
+    at open with fresh sessions, and forgotten when the group becomes Empty; a state that
+    does not describe a group is skipped (its members join again)."""
+    from crossbeat.broker.groups import GroupCoordinator
+    from crossbeat.broker.groups.state import Group as ClassicGroup
+    from crossbeat.broker.groups.state import GroupState, Member, stable_doc
+
+    def stable(generation: int) -> dict[str, object]:
+        group = ClassicGroup("g", GroupState.STABLE, generation, "consumer", "range", "m1")
+        group.members["m1"] = Member("m1", None, "client", "/10.0.0.1", 10.0, 30.0, "consumer",
+                                     [("range", b"\x00sub")], 0.0, b"\x00assigned")
+        return stable_doc(group)
+
+    async def first() -> None:
+        store = await OffsetStore.open(tmp_path, compact_after=5)
+        store.note_stable("g", stable(1))
+        store.note_stable("g", stable(2))  # the last one counts
+        store.note_stable("gone", stable(1))
+        store.note_members("gone", False)
+        store.note_stable("bad", {"generation": "x"})
+        for i in range(8):  # past compact_after: rewritten as a snapshot
+            await store.commit("g", [("t", 0, i, 0, None)])
+        await store.close()
+
+    asyncio.run(first())
+
+    async def second() -> None:
+        store = await OffsetStore.open(tmp_path)
+        assert sorted(store.stable_groups()) == ["bad", "g"] and store.has_members("g")
+        coordinator = GroupCoordinator(clock=lambda: 100.0)
+        coordinator.restore(store.stable_groups())
+        assert sorted(coordinator.groups) == ["g"]
+        group = coordinator.groups["g"]
+        assert (group.state, group.generation, group.leader_id) == (GroupState.STABLE, 2, "m1")
+        member = group.members["m1"]
+        assert (member.assignment, member.protocols, member.last_seen) == (
+            b"\x00assigned", [("range", b"\x00sub")], 100.0)
+        assert coordinator.heartbeat("g", 2, "m1") is ErrorCode.NONE
+        store.note_members("g", False)  # its members went: Empty
+        await store.close()
+        reopened = await OffsetStore.open(tmp_path)
+        assert "g" not in reopened.stable_groups() and not reopened.has_members("g")
+        await reopened.close()
+
+    asyncio.run(second())

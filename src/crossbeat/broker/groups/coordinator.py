@@ -8,10 +8,12 @@ deleted or forgotten, may this commit be applied) are answered here for both kin
 from __future__ import annotations
 
 import asyncio
+import binascii
 import logging
 import time
 import uuid
 from collections.abc import Callable
+from typing import Any
 
 from crossbeat.broker.errors import ErrorCode
 from crossbeat.broker.groups.consumer_coordinator import ConsumerGroupCoordinator
@@ -28,6 +30,8 @@ from crossbeat.broker.groups.state import (
     Member,
     SyncResult,
     fenced,
+    restored_group,
+    stable_doc,
     static_member,
 )
 
@@ -35,13 +39,28 @@ log = logging.getLogger(__name__)
 
 SWEEP_INTERVAL = 0.1
 
+StableListener = Callable[[str, dict[str, Any]], None]
+"""Told (group id, `state.stable_doc`) when a classic group becomes Stable; must not call
+back into the coordinator."""
+
+
+def _ignore_stable(group_id: str, doc: dict[str, Any]) -> None:
+    pass
+
 
 class GroupCoordinator:
     """All consumer groups of this broker (it is the coordinator of every group).
 
     `on_members_change(group_id, has_members)` is told when a group (of either kind) leaves
     Empty (True) and becomes Empty again (False): the offset store notes it, offset expiry
-    counts from it. `groups` holds the classic groups, `consumer.groups` the KIP-848 ones.
+    counts from it. `on_stable(group_id, doc)` is told each time a classic group becomes
+    Stable (a leader's SyncGroup; a static member's rejoin under a new member id), with
+    `state.stable_doc`: the offset store keeps the last one until the group becomes Empty,
+    and `restore` takes them back at start, so that a broker restart costs the members no
+    rebalance, and an exactly-once application's TxnOffsetCommit with its member id and
+    generation is still accepted (as Kafka's coordinator loads its group metadata records).
+    `groups` holds the classic groups, `consumer.groups` the KIP-848 ones (not kept
+    across restarts: their members join again with epoch 0).
     """
 
     def __init__(self, *, min_session_ms: int = 1000, max_session_ms: int = 1800000,
@@ -49,7 +68,9 @@ class GroupCoordinator:
                  consumer_heartbeat_interval_ms: int = 5000,
                  consumer_session_timeout_ms: int = 45000,
                  clock: Callable[[], float] = time.monotonic,
-                 on_members_change: MembersListener | None = None) -> None:
+                 on_members_change: MembersListener | None = None,
+                 on_stable: StableListener | None = None) -> None:
+        self._on_stable = on_stable or _ignore_stable
         self._min_session = min_session_ms
         self._max_session = max_session_ms
         self._clock = clock
@@ -59,6 +80,21 @@ class GroupCoordinator:
             heartbeat_interval_ms=consumer_heartbeat_interval_ms,
             session_timeout_ms=consumer_session_timeout_ms, clock=clock, classic=self.groups,
             on_members_change=on_members_change or (lambda group_id, has_members: None))
+
+    def restore(self, docs: dict[str, dict[str, Any]]) -> None:
+        """Take back the Stable groups the offset store kept (`on_stable`'s documents),
+        before any request is served. A document that does not describe one is logged and
+        skipped: its members join again, as they would have."""
+        now = self._clock()
+        for group_id, doc in docs.items():
+            try:
+                self.groups[group_id] = restored_group(group_id, doc, now)
+            except (KeyError, TypeError, ValueError, binascii.Error) as exc:
+                log.warning("group %s: its kept state is unusable (%s): its members join again",
+                            group_id, exc)
+                continue
+            log.info("group %s: restored stable at generation %d with %d member(s)", group_id,
+                     self.groups[group_id].generation, len(self.groups[group_id].members))
 
     # -- JoinGroup ---------------------------------------------------------------------------
     async def join(self, group_id: str, member_id: str, group_instance_id: str | None,
@@ -164,6 +200,7 @@ class GroupCoordinator:
                 and select_protocol(list(group.members.values())) == group.protocol_name):
             # the previous leader id, even if that was this member: a leader would assign
             # again, and a Stable group does not hand out a new assignment
+            self._on_stable(group.group_id, stable_doc(group))
             return JoinResult(ErrorCode.NONE, new_id, group.generation, group.protocol_type,
                               group.protocol_name, leader or "", [])
         # CompletingRebalance: the leader may be assigning to the old id, so rebalance again
@@ -213,6 +250,7 @@ class GroupCoordinator:
                     m.sync_waiter.set_result(SyncResult(ErrorCode.NONE, m.assignment,
                                                         group.protocol_type, group.protocol_name))
             log.info("group %s: stable at generation %d", group_id, group.generation)
+            self._on_stable(group_id, stable_doc(group))
             return SyncResult(ErrorCode.NONE, member.assignment, group.protocol_type,
                               group.protocol_name)
         if member.awaiting_sync:

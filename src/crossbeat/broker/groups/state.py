@@ -4,8 +4,10 @@ JoinGroup or SyncGroup long poll resolves to; plus who a request's member ids na
 from __future__ import annotations
 
 import asyncio
+import base64
 import enum
 from dataclasses import dataclass, field
+from typing import Any
 
 from crossbeat.broker.errors import ErrorCode
 
@@ -99,3 +101,44 @@ def fenced(group: Group, member_id: str, group_instance_id: str | None) -> Error
             return ErrorCode.UNKNOWN_MEMBER_ID
         return None if static.member_id == member_id else ErrorCode.FENCED_INSTANCE_ID
     return None if member_id in group.members else ErrorCode.UNKNOWN_MEMBER_ID
+
+
+def stable_doc(group: Group) -> dict[str, Any]:
+    """What a Stable classic group is, as JSON, for the offset store to keep (Kafka's group
+    metadata record): restored at start (`restored_group`), its members carry on with their
+    generation and assignment instead of all rejoining."""
+    return {
+        "generation": group.generation,
+        "protocolType": group.protocol_type,
+        "protocol": group.protocol_name,
+        "leader": group.leader_id,
+        "members": [
+            {
+                "id": m.member_id, "instance": m.group_instance_id, "client": m.client_id,
+                "host": m.client_host, "session": m.session_timeout, "rebalance": m.rebalance_timeout,
+                "type": m.protocol_type,
+                "protocols": [[name, base64.b64encode(meta).decode("ascii")] for name, meta in m.protocols],
+                "assignment": base64.b64encode(m.assignment).decode("ascii"),
+            }
+            for m in group.members.values()
+        ],
+    }
+
+
+def restored_group(group_id: str, doc: dict[str, Any], now: float) -> Group:
+    """The Stable group `stable_doc` described, each member's session starting `now` (as
+    Kafka's coordinator schedules every loaded member's session anew). Raises KeyError,
+    TypeError or ValueError for a document that is not one."""
+    group = Group(group_id, GroupState.STABLE, int(doc["generation"]), doc["protocolType"],
+                  doc["protocol"], doc["leader"])
+    for m in doc["members"]:
+        member = Member(
+            str(m["id"]), m["instance"], str(m["client"]), str(m["host"]), float(m["session"]),
+            float(m["rebalance"]), str(m["type"]),
+            [(str(name), base64.b64decode(meta)) for name, meta in m["protocols"]], now,
+            base64.b64decode(m["assignment"]),
+        )
+        group.members[member.member_id] = member
+    if not group.members or group.leader_id not in group.members:
+        raise ValueError("a stable group needs its members and its leader among them")
+    return group
