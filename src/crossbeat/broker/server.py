@@ -246,6 +246,10 @@ class Connection:
             self._bytes_freed.set()
             if isinstance(result, _Close):
                 return
+            if writer.transport.is_closing():
+                # the peer went (a reset): the answers still queued are nobody's, and asyncio
+                # logs a warning for every write to a lost connection (64 in flight: 64 lines)
+                continue
             if result is not None:
                 writer.write(result)
             if queue.empty():

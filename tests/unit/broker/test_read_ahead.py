@@ -7,11 +7,13 @@ first is read (and appended) until the Fetch is answered; the second waits in th
 
 from __future__ import annotations
 
+import logging
 import socket
 import struct
 import time
 from pathlib import Path
 
+import pytest
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka.protocol.consumer import FetchRequest, FetchResponse
@@ -83,4 +85,29 @@ def test_a_connection_reads_ahead_at_most_its_byte_budget(tmp_path: Path) -> Non
     finally:
         if consumer is not None:
             consumer.close()
+        broker.close()
+
+
+def test_answers_to_a_connection_reset_with_requests_in_flight_are_dropped_quietly(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A client gone (reset) with many requests pipelined: the answers queued for it are
+    dropped, not written one by one to the lost connection (asyncio logged "socket.send()
+    raised exception." for each, 46 lines per connection), and the broker serves on."""
+    from kafka.protocol.metadata import MetadataRequest
+
+    broker = LoopBroker(tmp_path / "data").start()
+    try:
+        with caplog.at_level(logging.WARNING, logger="asyncio"):
+            for _ in range(5):
+                sock = broker.connect()
+                sock.sendall(b"".join(framed(MetadataRequest[1](topics=None), i) for i in range(50)))
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                sock.close()  # a reset, the answers unread
+            with broker.connect() as sock:  # still serving
+                sock.sendall(framed(MetadataRequest[1](topics=None), 1))
+                assert recv_frame(sock)
+        sent = [r for r in caplog.records if "socket.send() raised exception" in r.getMessage()]
+        assert len(sent) <= 5, len(sent)
+    finally:
         broker.close()

@@ -295,3 +295,17 @@ def test_truncated_lz4_frame_is_corrupt() -> None:
     batch = with_records(lz4, CODECS["lz4"], bytes(lz4[61:-20]))
     with pytest.raises(CorruptBatch, match="lz4"):
         recompress(batch, parse_header(batch), 0, max_decoded_bytes=LIMIT)
+
+
+def test_the_record_parser_is_imported_with_the_module_not_by_concurrent_first_uses() -> None:
+    """check_records runs on worker threads for large batches; two threads importing
+    aiokafka's circular package at once failed ("cannot import name 'MemoryRecords' from
+    partially initialized module"): the first large produces after a start, under load, had
+    their connection closed. The parser is imported with the module, on one thread."""
+    import subprocess
+    import sys
+
+    probe = ("import sys, crossbeat.broker.recompress; "
+             "print('aiokafka.record._crecords' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "True"
