@@ -297,10 +297,19 @@ class _Connection(asyncio.Protocol):
         if in_head:
             self.head_bytes += len(data)
         try:
-            self.parser.feed_data(data)
-        except httptools.HttpParserUpgrade:
-            self._refuse()
-            return
+            while True:
+                try:
+                    self.parser.feed_data(data)
+                    break
+                except httptools.HttpParserUpgrade as upgrade:
+                    # An `Upgrade` (h2c: Java's HttpClient and curl --http2 ask on every
+                    # http:// request) is declined by serving the request in HTTP/1.1, as
+                    # RFC 9110 7.8 allows. httptools took its body for empty and stopped
+                    # where the body begins: read on from there.
+                    if not self._decline_upgrade():
+                        self._refuse()
+                        return
+                    data = data[int(upgrade.args[0]):]
         except httptools.HttpParserError:
             if self.head_too_large:
                 self._too_large()
@@ -313,6 +322,29 @@ class _Connection(asyncio.Protocol):
         if not self.in_body and self.head_bytes > MAX_HEAD_BYTES and not self.closed:
             self._too_large()
 
+    def _decline_upgrade(self) -> bool:
+        """Go on after a request that asked to upgrade the protocol, as if it had not: a new
+        parser reads its body (told the framing by a synthetic head that `_BodyOf` keeps
+        from the callbacks) and the requests after it. False for CONNECT (a tunnel: no
+        HTTP/1.1 request follows) or a request not read as an exchange."""
+        if not self.exchanges or self.exchanges[-1].scope["method"] == "CONNECT":
+            return False
+        exchange = self.exchanges[-1]
+        framing = b""
+        for name, value in exchange.scope["headers"]:
+            if name == b"transfer-encoding":
+                framing += b"transfer-encoding: " + value + b"\r\n"
+            elif name == b"content-length":
+                framing += b"content-length: " + value + b"\r\n"
+        self.parser = httptools.HttpRequestParser(_BodyOf(self) if framing else self)
+        if framing:
+            # the body is still to come: not the empty one httptools reported
+            exchange.body_done = False
+            exchange.delivered = False
+            self.in_body = True
+            self.parser.feed_data(b"PUT / HTTP/1.1\r\n" + framing + b"\r\n")
+        return True
+
     def _too_large(self) -> None:
         if not self.exchanges or not self.exchanges[0].started:
             self.transport.write(_HEAD_TOO_LARGE)
@@ -321,7 +353,11 @@ class _Connection(asyncio.Protocol):
 
     def eof_received(self) -> bool | None:
         """The client half-closed. Mid-body, say why the request fails before closing
-        (the app's receive gets http.disconnect); otherwise just close."""
+        (the app's receive gets http.disconnect); otherwise just close. A FIN is taken
+        for a client gone, as uvicorn and most servers take it, even after whole requests:
+        a half-close cannot be told from a close, and a long poll or download whose client
+        went must end (a client that shuts down its sending side and waits for the answer
+        gets none; few do)."""
         if self.in_body and self.exchanges and not self.exchanges[-1].body_done:
             self.exchanges[-1].fail(_INCOMPLETE_BODY)
         return None
@@ -410,6 +446,10 @@ class _Connection(asyncio.Protocol):
         self.head_size += len(url)
 
     def on_header(self, name: bytes, value: bytes) -> None:
+        if self.in_body:
+            # a chunked body's trailer fields: not request headers (RFC 9110 6.5.1), and
+            # the scope's header list (this one) was handed to the app already
+            return
         self.headers.append((name.lower(), value))
         self.head_size += len(name) + len(value) + 4  # ": " and CRLF
 
@@ -422,7 +462,12 @@ class _Connection(asyncio.Protocol):
         self.in_body = True
         self.head_bytes = 0
         parser = self.parser
-        raw_path, _, query = self.url.partition(b"?")
+        url = self.url
+        if url[:1] != b"/" and url != b"*":
+            # absolute-form (RFC 9112 3.2.2: a server MUST accept it): its path and query
+            parsed = httptools.parse_url(url)
+            url = (parsed.path or b"/") + (b"?" + parsed.query if parsed.query else b"")
+        raw_path, _, query = url.partition(b"?")
         expect_100 = False
         for name, value in self.headers:
             if name == b"expect" and value.lower() == b"100-continue":
@@ -535,8 +580,48 @@ class _Connection(asyncio.Protocol):
             self.idle_timer = self.loop.call_later(max(KEEP_ALIVE_S - idle_for, 1.0), self._idle_timeout)
 
     def close_if_idle(self) -> None:
+        """At stop: close a connection with no request under way. Aborted when nothing is
+        left to send, since a TLS close waits (up to 30 s) for the client's close_notify,
+        which an idle pooled client never sends: the stop waited that long."""
         if not self.exchanges and not self.closed:
-            self.transport.close()
+            if self.transport.get_write_buffer_size():
+                self.transport.close()
+            else:
+                self._abort()
+
+
+class _BodyOf:
+    """The parser callbacks of a request whose Upgrade was declined (`_decline_upgrade`):
+    the synthetic head that tells the new parser the body's framing is kept from the
+    connection; the body, its end and every request after it go to the connection."""
+
+    def __init__(self, conn: _Connection) -> None:
+        self.conn = conn
+        self.in_head = True
+
+    def on_message_begin(self) -> None:
+        if not self.in_head:
+            self.conn.on_message_begin()
+
+    def on_url(self, url: bytes) -> None:
+        if not self.in_head:
+            self.conn.on_url(url)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        if not self.in_head:
+            self.conn.on_header(name, value)
+
+    def on_headers_complete(self) -> None:
+        if self.in_head:
+            self.in_head = False
+            return
+        self.conn.on_headers_complete()
+
+    def on_body(self, body: bytes) -> None:
+        self.conn.on_body(body)
+
+    def on_message_complete(self) -> None:
+        self.conn.on_message_complete()
 
 
 class LeanServer:
@@ -580,8 +665,8 @@ class LeanServer:
             for conn in list(self.connections):
                 conn.close_if_idle()
             await asyncio.sleep(0.05)
-        for conn in list(self.connections):
-            conn.transport.close()
+        for conn in list(self.connections):  # the grace is over: nothing more is sent
+            conn._abort()
         for task in list(self.tasks):
             task.cancel()
         with contextlib.suppress(Exception):
