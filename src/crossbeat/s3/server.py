@@ -11,7 +11,7 @@ import signal
 import socket
 import ssl
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 
 import uvicorn
 import uvloop
@@ -24,14 +24,23 @@ from crossbeat.s3.settings import GatewaySettings, parse_listen
 
 log = logging.getLogger("crossbeat.gateway")
 
+_GRACE_S = 30.0  # how long requests in flight at a stop may take to finish
+
 
 def bind(listen: str) -> socket.socket:
+    """A non-blocking socket listening on `listen` (HOST:PORT). A failure to bind or listen
+    is an OSError with the original errno whose message names `listen`."""
     host, port = parse_listen(listen)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
-    sock.listen(2048)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(2048)
+    except OSError as exc:
+        sock.close()
+        # the bare "[Errno 98] Address already in use" does not say which address
+        raise OSError(exc.errno, f"cannot listen on {listen}: {exc.strerror or exc}") from exc
     sock.setblocking(False)
     return sock
 
@@ -50,6 +59,8 @@ def serve(gw: Gateway, sock: socket.socket, on_ready: Callable[[str], None] | No
         ssl_certfile=str(settings.tls_cert) if tls else None,
         ssl_keyfile=str(settings.tls_key) if tls else None,
         timeout_keep_alive=75,
+        # as LeanServer's grace: requests in flight at a stop get this long to finish
+        timeout_graceful_shutdown=int(_GRACE_S),
         proxy_headers=False,
         server_header=False,
         backlog=2048,
@@ -68,19 +79,14 @@ def serve(gw: Gateway, sock: socket.socket, on_ready: Callable[[str], None] | No
     lifecycle.start()
     try:
         if settings.http_server == "lean":
-            if on_ready is not None:
-                on_ready(_url(sock, settings))
-            _serve_lean(gw, sock)
-            return
-        server = uvicorn.Server(config)
-        if on_ready is not None:
-            on_ready(_url(sock, settings))
-        server.run(sockets=[sock])
+            _serve_lean(gw, sock, on_ready)
+        else:
+            _serve_uvicorn(gw, sock, config, on_ready)
     finally:
         lifecycle.stop()
 
 
-def _serve_lean(gw: Gateway, sock: socket.socket) -> None:
+def _serve_lean(gw: Gateway, sock: socket.socket, on_ready: Callable[[str], None] | None) -> None:
     """Serve with `http_server.LeanServer` on uvloop until SIGTERM/SIGINT."""
     settings = gw.settings
     ssl_context = None
@@ -96,11 +102,56 @@ def _serve_lean(gw: Gateway, sock: socket.socket) -> None:
             gw.closing = True  # journal long-polls end within a second
             server.stop()
 
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop)
-        await server.serve(sock, ssl_context, grace=30.0)
+        _handle_stop_signals(loop, stop, sock, settings, on_ready)
+        await server.serve(sock, ssl_context, grace=_GRACE_S)
 
     uvloop.run(main())
+
+
+class _UvicornServer(uvicorn.Server):
+    """A uvicorn.Server that leaves signals to us: uvicorn's own `capture_signals` would
+    re-raise a caught SIGTERM with its default action once serving ends, killing the
+    process before the caller closes the Gateway (WAL checkpoint, executors, batcher)."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Generator[None, None, None]:
+        yield
+
+
+def _serve_uvicorn(
+    gw: Gateway, sock: socket.socket, config: uvicorn.Config, on_ready: Callable[[str], None] | None
+) -> None:
+    """Serve with uvicorn on uvloop until SIGTERM/SIGINT; returns (does not re-raise the
+    signal) once uvicorn has shut down, so that the caller can close the Gateway."""
+    server = _UvicornServer(config)
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+
+        def stop() -> None:
+            gw.closing = True  # journal long-polls end within a second, as with lean
+            server.should_exit = True
+
+        _handle_stop_signals(loop, stop, sock, gw.settings, on_ready)
+        await server.serve(sockets=[sock])
+
+    uvloop.run(main())
+
+
+def _handle_stop_signals(
+    loop: asyncio.AbstractEventLoop,
+    stop: Callable[[], None],
+    sock: socket.socket,
+    settings: GatewaySettings,
+    on_ready: Callable[[str], None] | None,
+) -> None:
+    """SIGTERM/SIGINT call `stop` from now on; then `on_ready(url)`. In this order: whoever
+    learns the URL may send SIGTERM at once, and it must be a clean stop, not death by the
+    default action. (The socket already listens: connections wait in its backlog.)"""
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop)
+    if on_ready is not None:
+        on_ready(_url(sock, settings))
 
 
 def die_with_parent() -> None:
@@ -170,15 +221,19 @@ def run_gateway(
                 code = 1
             os._exit(code)
         pids.add(pid)
-    return _supervise(pids, sock, settings, on_ready)
+    url = _url(sock, settings)
+    # The workers hold the listening socket; the supervisor never forks again, so it drops
+    # its copy now. Kept, it would keep the port open after the workers close theirs (as
+    # they stop, or when one has died): the kernel would queue new connections that no
+    # one accepts, instead of refusing them.
+    sock.close()
+    return _supervise(pids, url, on_ready)
 
 
-def _supervise(
-    pids: set[int],
-    sock: socket.socket,
-    settings: GatewaySettings,
-    on_ready: Callable[[str], None] | None,
-) -> int:
+def _supervise(pids: set[int], url: str, on_ready: Callable[[str], None] | None) -> int:
+    """Wait for the worker processes `pids` (announcing `url` first); SIGTERM/SIGINT, or one
+    worker exiting on its own, sends SIGTERM to all that remain. Returns the exit code: 0,
+    or 1 if a worker exited unasked."""
     stopping = False
 
     def stop(signum: int, _frame: object) -> None:
@@ -191,7 +246,7 @@ def _supervise(
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     if on_ready is not None:
-        on_ready(_url(sock, settings))
+        on_ready(url)
     code = 0
     while pids:
         try:
@@ -205,7 +260,6 @@ def _supervise(
             log.error("gateway worker %d exited (status %d); stopping the others", pid, status)
             code = 1
             stop(signal.SIGTERM, None)
-    sock.close()
     return code
 
 
