@@ -288,14 +288,14 @@ async def put_data(gw: Gateway, req: Request, ctx: Any, bucket_name: str) -> Res
     bucket = await gw.run(gw.store.get_bucket, bucket_name)
     if bucket is None:
         return json_response({"error": "NoSuchBucket", "bucket": bucket_name}, status=404)
+    location = req.query.get("location")
+    if location is not None and location not in gw.repositories:
+        raise S3Error("InvalidArgument", f"no data location {location!r}")
     # the replica these bytes are for could not be made: say so before storing any (a
     # large version's parts would be copied whole, then discarded)
     refusal = replica_bucket_error(bucket, bucket_name, req.query.get("owner"))
     if refusal is not None:
         raise refusal
-    location = req.query.get("location")
-    if location is not None and location not in gw.repositories:
-        raise S3Error("InvalidArgument", f"no data location {location!r}")
     repo = gw.repository(location) if location is not None else gw.location_for(bucket)
     # md5=0: the caller (a part of a large replica) checks the bytes with a flexible
     # checksum instead; MD5 is the slowest hash on the data path.
