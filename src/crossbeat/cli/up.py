@@ -182,6 +182,11 @@ def _sweep_at_eof(read_end: int) -> None:
     end_sessions(sessions)
 
 
+class StartInterrupted(Exception):
+    """Ctrl-C (SIGINT or SIGTERM) came while `crossbeat up` was starting its children; the
+    message names the child it was waiting for."""
+
+
 @dataclass
 class Child:
     """One component: `python -m crossbeat ARGS` (or `command` ARGS) logging to `log_path`,
@@ -230,9 +235,13 @@ class Child:
                     return line
         return None
 
-    def wait_ready(self, timeout: float) -> str:
+    def wait_ready(self, timeout: float, stop: threading.Event | None = None) -> str:
+        """The child's ready line, once it has printed it; StartInterrupted as soon as
+        `stop` is set (Ctrl-C while starting), ClickException if it exits or times out."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
+            if stop is not None and stop.is_set():
+                raise StartInterrupted(self.name)
             line = self.ready_line()
             if line:
                 return line
@@ -240,7 +249,10 @@ class Child:
                 raise click.ClickException(
                     f"{self.name} exited; the end of {self.log_path}:\n{self.tail()}"
                 )
-            time.sleep(0.2)
+            if stop is not None:
+                stop.wait(0.2)
+            else:
+                time.sleep(0.2)
         raise click.ClickException(f"{self.name} not ready after {timeout:.0f}s; see {self.log_path}")
 
     def tail(self, lines: int = 15) -> str:
@@ -483,14 +495,19 @@ def up(data_dir: Path, port_base: int, master: str) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     try:
-        for c in servers:
-            c.start()
-        for c in servers:
-            click.echo(c.wait_ready(60))
-        for c in workers:
-            c.start()
-        for c in workers:
-            click.echo(c.wait_ready(300))
+        try:
+            # Ctrl-C while starting stops what has started, at once (the pipelines alone
+            # may take a minute to be ready)
+            for group, limit in ((servers, 60), (workers, 300)):
+                for c in group:
+                    if stop.is_set():
+                        raise StartInterrupted(c.name)
+                    c.start()
+                for c in group:
+                    click.echo(c.wait_ready(limit, stop))
+        except StartInterrupted as interrupted:
+            click.echo(f"interrupted while starting ({interrupted} was not ready)")
+            return
         click.echo(_banner(port_base, ak, sk, generated, data_dir))
         click.echo("crossbeat up ready")
         sys.stdout.flush()

@@ -109,3 +109,32 @@ def test_up_replicates_stops_cleanly_and_resumes(tmp_path: Path) -> None:
         assert b.get_object(Bucket="demo", Key="hello.txt")["Body"].read() == b"hello"
     finally:
         assert interrupt(proc) == 0, "".join(out)
+
+
+def test_ctrl_c_while_starting_stops_at_once(tmp_path: Path) -> None:
+    """Ctrl-C while `up` waits for its children stops what has started, without starting
+    the rest (the pipelines alone take many seconds to be ready): it went on starting
+    everything, printed the banner and "ready", and only then stopped."""
+    base = free_port_base()
+    env = {**os.environ, "CROSSBEAT_ACCESS_KEY": ROOT_AK, "CROSSBEAT_SECRET_KEY": ROOT_SK}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "crossbeat", "up", "--data-dir", str(tmp_path / "up"),
+         "--port-base", str(base), "--master", "local[2]"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+    )
+    out: list[str] = []
+    assert proc.stdout is not None
+    for line in proc.stdout:  # until the broker (the last server) is ready
+        out.append(line)
+        if "kafka://" in line:
+            break
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=60) == 0
+    out += proc.stdout.readlines()
+    text = "".join(out)
+    assert "interrupted while starting" in text, text
+    assert "crossbeat up ready" not in text
+    assert "stopped" in text
+    # nothing it started is left: the data dir's locks are free for the next run
+    proc2, _ = run_up(tmp_path / "up", base)
+    assert interrupt(proc2) == 0
