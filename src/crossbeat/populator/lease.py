@@ -17,22 +17,33 @@ new owner starts from the last *committed* checkpoint.
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from crossbeat.populator.client_settings import RECONNECT
 
+# How long one blocking group call may run before the stop event is looked at again.
+_STOP_CHECK_S = 0.5
+
 log = logging.getLogger(__name__)
 
 
 class GroupLease:
-    """Holds or waits for the single partition of the lease topic."""
+    """Holds or waits for the single partition of the lease topic.
+
+    With `stop`, a call that waits for the broker gives up within about half a second once
+    it is set (raising the KafkaException it had), so a stopping populator need not wait
+    out a broker that is away."""
 
     def __init__(
-        self, brokers: str, group: str, topic: str, *, session_timeout_ms: int = 10_000
+        self, brokers: str, group: str, topic: str, *, session_timeout_ms: int = 10_000,
+        stop: threading.Event | None = None,
     ) -> None:
         self.topic = topic
+        self._stop = stop
         self._held: set[int] = set()
         self._consumer = Consumer(
             {
@@ -78,10 +89,23 @@ class GroupLease:
         self._consumer.poll(timeout)
         return self._active
 
-    def committed_seq(self) -> int:
-        """The journal seq the last active populator committed (0 when none)."""
-        [tp] = self._consumer.committed([TopicPartition(self.topic, 0)], timeout=30)
-        return tp.offset if tp.offset >= 0 else 0
+    def committed_seq(self, timeout: float = 30.0) -> int:
+        """The journal seq the last active populator committed (0 when none).
+
+        Raises KafkaException when the group does not answer within `timeout`, or sooner
+        once the stop event is set."""
+        deadline = time.monotonic() + timeout
+        while True:
+            # Short slices, not one long call: a signal handler only sets the stop event,
+            # which a single committed(timeout=30) would not look at.
+            left = max(0.01, min(_STOP_CHECK_S, deadline - time.monotonic()))
+            try:
+                [tp] = self._consumer.committed([TopicPartition(self.topic, 0)], timeout=left)
+            except KafkaException:
+                if (self._stop is not None and self._stop.is_set()) or time.monotonic() >= deadline:
+                    raise
+                continue
+            return tp.offset if tp.offset >= 0 else 0
 
     def commit_seq(self, seq: int) -> bool:
         """Record `seq` as the shared restart point (synchronously); False when the group

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
+import threading
 import time
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -20,16 +22,58 @@ log = logging.getLogger(__name__)
 CHECKPOINT_KEY = b"__crossbeat_checkpoint__"
 
 
+# The longest a blocking librdkafka call runs before we look at the stop event again: a
+# Python signal handler only sets that event, so this bounds how long SIGTERM waits.
+STOP_CHECK_S = 0.5
+
+
 class PublishError(CrossbeatError):
     """The broker did not acknowledge every message of a batch."""
 
 
+class BrokerUnreachable(PublishError):
+    """No answer from the broker in time (down, or not yet up): worth retrying."""
+
+
+class PublishAbandoned(PublishError):
+    """Given up because the caller is stopping: the messages were not all acknowledged, so
+    nothing may be checkpointed (the batch is published again at the next start)."""
+
+
+def _metadata(
+    client: Any, brokers: str, timeout: float, stop: threading.Event | None,
+    topic: str | None = None,
+) -> Any:
+    """`client.list_topics` within `timeout`, asked in short slices so that `stop` is seen.
+
+    Raises BrokerUnreachable at the deadline, PublishAbandoned once `stop` is set."""
+    deadline = time.monotonic() + timeout
+    while True:
+        left = deadline - time.monotonic()
+        try:
+            return client.list_topics(topic, timeout=max(0.01, min(STOP_CHECK_S, left)))
+        except KafkaException as exc:
+            if stop is not None and stop.is_set():
+                raise PublishAbandoned(f"stopped while waiting for broker {brokers}") from exc
+            if time.monotonic() >= deadline:
+                raise BrokerUnreachable(
+                    f"broker {brokers} unreachable after {timeout:g}s: {exc.args[0]}"
+                ) from exc
+
+
 def ensure_topics(
-    brokers: str, topics: Iterable[str], partitions: int, *, timeout: float = 30.0
+    brokers: str, topics: Iterable[str], partitions: int, *, timeout: float = 30.0,
+    stop: threading.Event | None = None,
 ) -> None:
-    """Create missing topics; an existing topic is fine whatever its partition count."""
+    """Create missing topics; an existing topic is fine whatever its partition count.
+
+    Raises BrokerUnreachable when the broker does not answer within `timeout` (also when a
+    creation times out or fails with a retriable error), PublishError when it refuses a
+    topic, and PublishAbandoned as soon as `stop` is set while waiting for it. Nothing
+    librdkafka raises escapes unwrapped.
+    """
     admin = AdminClient({"bootstrap.servers": brokers, **RECONNECT})
-    existing = set(admin.list_topics(timeout=timeout).topics)
+    existing = set(_metadata(admin, brokers, timeout, stop).topics)
     missing = [t for t in topics if t not in existing]
     if not missing:
         return
@@ -40,10 +84,18 @@ def ensure_topics(
     for topic, fut in futures.items():
         try:
             fut.result(timeout=timeout)
+        except concurrent.futures.TimeoutError as exc:
+            raise BrokerUnreachable(f"cannot create topic {topic}: no answer in {timeout:g}s") from exc
         except KafkaException as exc:
             err = exc.args[0]
             if isinstance(err, KafkaError) and err.code() == KafkaError.TOPIC_ALREADY_EXISTS:
                 continue
+            if isinstance(err, KafkaError) and (
+                err.retriable()
+                or err.code() in (KafkaError._TRANSPORT, KafkaError._TIMED_OUT,
+                                  KafkaError._ALL_BROKERS_DOWN, KafkaError.REQUEST_TIMED_OUT)
+            ):
+                raise BrokerUnreachable(f"cannot create topic {topic}: {err}") from exc
             raise PublishError(f"cannot create topic {topic}: {exc}") from exc
 
 
@@ -52,9 +104,19 @@ class Publisher:
 
     `acks=all`, and one request in flight per connection so a retried request cannot
     overtake a later one: the messages of one key stay in journal order.
+
+    With `stop`, every wait (delivery, metadata, a full local queue) gives up within about
+    STOP_CHECK_S once it is set, raising PublishAbandoned after purging what is still
+    queued: a stopping populator need not wait for `message.timeout.ms` of a broker that
+    is away.
     """
 
-    def __init__(self, brokers: str, *, extra: Mapping[str, Any] | None = None) -> None:
+    def __init__(
+        self, brokers: str, *, extra: Mapping[str, Any] | None = None,
+        stop: threading.Event | None = None,
+    ) -> None:
+        self._brokers = brokers
+        self._stop = stop
         conf: dict[str, Any] = {
             **RECONNECT,
             "bootstrap.servers": brokers,
@@ -70,7 +132,8 @@ class Publisher:
         """Produce every message and wait for all delivery reports; returns the count.
 
         Raises PublishError if any message was not acknowledged (nothing may then be
-        checkpointed: the caller republishes the batch, which is allowed redelivery).
+        checkpointed: the caller republishes the batch, which is allowed redelivery);
+        PublishAbandoned, a PublishError, when the stop event was set meanwhile.
         """
         errors: list[str] = []
         count = 0
@@ -104,7 +167,8 @@ class Publisher:
             {"kind": CHECKPOINT_KIND, "schema": 1, "seq": seq, "ts": time.time()}
         )
         for topic in topics:
-            meta = self._producer.list_topics(topic, timeout=timeout).topics.get(topic)
+            meta = _metadata(self._producer, self._brokers, timeout, self._stop, topic)
+            meta = meta.topics.get(topic)
             partitions = sorted(meta.partitions) if meta is not None and meta.partitions else [0]
             for partition in partitions:
                 self._produce(topic, CHECKPOINT_KEY, value, on_delivery, partition=partition)
@@ -123,13 +187,33 @@ class Publisher:
                 self._producer.produce(topic, **kwargs)
                 return
             except BufferError:
-                # The local queue is full: serve delivery reports to make room.
+                # The local queue is full: serve delivery reports to make room (which a
+                # broker that is away may not give before message.timeout.ms).
                 self._producer.poll(0.1)
+                self._abandon_if_stopping()
 
     def _flush(self, timeout: float) -> None:
-        remaining = self._producer.flush(timeout)
-        if remaining:
-            raise PublishError(f"{remaining} messages still unacknowledged after {timeout}s")
+        # In slices, not one flush(timeout): with the broker away, a single flush blocks
+        # until message.timeout.ms expires and a SIGTERM waited that long.
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            remaining = self._producer.flush(max(0.0, min(STOP_CHECK_S, left)))
+            if not remaining:
+                return
+            self._abandon_if_stopping()
+            if time.monotonic() >= deadline:
+                raise PublishError(f"{remaining} messages still unacknowledged after {timeout}s")
+
+    def _abandon_if_stopping(self) -> None:
+        if self._stop is None or not self._stop.is_set():
+            return
+        # Drop what is still queued: it is not checkpointed, so the next start publishes it
+        # again; left queued, it would hold the process at exit or arrive unaccounted for.
+        pending = len(self._producer)
+        self._producer.purge()
+        self._producer.flush(0)  # serves the purged messages' delivery reports
+        raise PublishAbandoned(f"stopping with {pending} messages unacknowledged")
 
     def close(self) -> None:
         self._producer.flush(10)

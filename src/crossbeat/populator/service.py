@@ -22,9 +22,38 @@ from confluent_kafka import KafkaException
 from crossbeat.populator.entry import JournalEntry
 from crossbeat.populator.extension import Extension, Message
 from crossbeat.populator.journal import JournalAhead, JournalError, JournalRefused, TruncatedJournal
-from crossbeat.populator.publisher import PublishError
+from crossbeat.populator.publisher import BrokerUnreachable, PublishAbandoned, PublishError
 
 log = logging.getLogger(__name__)
+
+
+def wait_for_broker(
+    stop: threading.Event, what: str, attempt: Callable[[], object], *,
+    max_backoff_s: float = 30.0,
+) -> bool:
+    """Call `attempt()` until it returns (True) or `stop` is set (False).
+
+    For start-up steps that need the broker (creating topics): a broker that is not up yet
+    is waited for with exponential backoff, one log line per failed attempt, as `run`
+    waits for one that goes away later; components may start in any order. Only
+    BrokerUnreachable and librdkafka's own errors are retried: a broker that answers and
+    refuses (PublishError) propagates. `attempt` is expected to give up within about half a
+    second once `stop` is set (PublishAbandoned)."""
+    delay = 0.5
+    while not stop.is_set():
+        try:
+            attempt()
+            return True
+        except PublishAbandoned:
+            break
+        except (BrokerUnreachable, KafkaException) as exc:
+            if stop.is_set():
+                break
+            log.warning("%s: %s; retrying in %.1fs", what, exc, delay)
+            stop.wait(delay)
+            delay = min(max_backoff_s, delay * 2)
+    log.info("stopped while %s", what)
+    return False
 
 
 class JournalSource(Protocol):
@@ -132,6 +161,11 @@ class Populator:
         failed batch was not checkpointed, so it is read and published again. A truncated
         journal is a gap no retry can fill, a journal behind our checkpoint is another one, and
         refused credentials stay refused: these propagate (the process exits non-zero).
+
+        Setting `stop` ends a batch that waits for the broker within about a second when the
+        sink and lease were given the same event (`Publisher(stop=…)`, `GroupLease(stop=…)`):
+        that batch is abandoned unacknowledged and not checkpointed, so the next start
+        publishes it again.
         """
         delay = 0.5
         while not stop.is_set():
@@ -141,6 +175,11 @@ class Populator:
             except (TruncatedJournal, JournalAhead, JournalRefused):
                 raise
             except (PublishError, JournalError, httpx.TransportError, KafkaException) as exc:
+                if stop.is_set():
+                    # Not a failure to retry: the batch was given up to stop.
+                    log.info("stopping: batch after seq %s given up unfinished (%s); not "
+                             "checkpointed, so the next start publishes it", self.seq, exc)
+                    return
                 # (KafkaException: the lease group's committed seq unreadable, the broker away)
                 log.warning("batch after seq %s failed (%s); retrying in %.1fs", self.seq, exc, delay)
                 stop.wait(delay)
