@@ -469,13 +469,23 @@ class _Connection(asyncio.Protocol):
             url = (parsed.path or b"/") + (b"?" + parsed.query if parsed.query else b"")
         raw_path, _, query = url.partition(b"?")
         expect_100 = False
+        hosts = 0
         for name, value in self.headers:
             if name == b"expect" and value.lower() == b"100-continue":
                 expect_100 = True
+            elif name == b"host":
+                hosts += 1
+        http_version = parser.get_http_version()
+        if http_version != "1.1":
+            expect_100 = False  # RFC 9110 10.1.1: an HTTP/1.0 client's expectation is ignored
+        elif hosts != 1:
+            # RFC 9112 3.2: an HTTP/1.1 request without a Host, or with several, is a 400
+            # (which one would the signature and virtual-host addressing go by?)
+            raise ValueError("an HTTP/1.1 request needs exactly one Host header")
         scope: Scope = {
             "type": "http",
             "asgi": {"version": "3.0"},
-            "http_version": parser.get_http_version(),
+            "http_version": http_version,
             "method": parser.get_method().decode("ascii"),
             "scheme": self.scheme,
             "path": raw_path.decode("latin-1"),

@@ -136,6 +136,25 @@ def test_chunked_trailer_fields_are_not_request_headers(gateway: Service) -> Non
     assert got["ContentType"] == "text/plain" and got["Metadata"] == {}
 
 
+def test_host_is_required_once_and_http_1_0_expectations_are_ignored(gateway: Service) -> None:
+    """RFC 9112 3.2: an HTTP/1.1 request with no Host or two is a 400; RFC 9110 10.1.1: an
+    HTTP/1.0 client's `Expect: 100-continue` gets no 100 (it cannot read one)."""
+    signed_head = head(gateway, "GET", f"/{BUCKET}/nothing")
+    without = b"\r\n".join(line for line in signed_head.split(b"\r\n") if not line.lower().startswith(b"host:"))
+    twice = signed_head.replace(b"\r\n\r\n", f"\r\nHost: {gateway.address}\r\n\r\n".encode())
+    for request in (without, twice):
+        with connect(gateway) as sock:
+            sock.sendall(request)
+            assert responses(sock, 1)[0][0] == 400
+    http10 = head(gateway, "PUT", f"/{BUCKET}/http10", {"Content-Length": "2", "Expect": "100-continue"})
+    with connect(gateway) as sock:
+        sock.sendall(http10.replace(b" HTTP/1.1\r\n", b" HTTP/1.0\r\n", 1))
+        sock.settimeout(1.0)  # a 100 came within milliseconds
+        with pytest.raises(TimeoutError):
+            sock.recv(65536)
+        sock.sendall(b"10")
+        assert responses(sock, 1)[0][0] == 200
+
 def test_a_tls_gateway_with_an_idle_keep_alive_client_stops_at_once(tmp_path: Path) -> None:
     import trustme
 
