@@ -78,6 +78,7 @@ async def dispatch(gw: Gateway, req: Request, principal: Principal, ctx: Any) ->
         if m in ("GET", "HEAD"):
             return await buckets.list_buckets(gw, req, principal)
         raise S3Error("MethodNotAllowed")
+    _check_expected_owner(req, principal)
     if not req.key:
         _refuse_unserved("bucket", m, q)
         return await _bucket(gw, req, principal, ctx, m, q)
@@ -87,6 +88,17 @@ async def dispatch(gw: Gateway, req: Request, principal: Principal, ctx: Any) ->
     if "versionId" in q:
         check_version_id_arg(q["versionId"])
     return await _object(gw, req, principal, ctx, m, q)
+
+
+def _check_expected_owner(req: Request, principal: Principal) -> None:
+    """`x-amz-expected-bucket-owner` (and `x-amz-source-expected-bucket-owner`, a copy's
+    source): AccessDenied unless it names the bucket's owner, as on S3. A bucket here is
+    reached only by its owner, whose account id is its access key (the Owner ID that
+    ListBuckets and GetBucketAcl show), so the request's principal is that owner."""
+    for name in ("x-amz-expected-bucket-owner", "x-amz-source-expected-bucket-owner"):
+        expected = req.headers.get(name)
+        if expected is not None and expected != principal.access_key:
+            raise S3Error("AccessDenied", f"The bucket is not owned by the account {name} names.")
 
 
 async def _bucket(gw: Gateway, req: Request, p: Principal, ctx: Any, m: str, q: dict[str, str]) -> Response:

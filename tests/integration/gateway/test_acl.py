@@ -90,3 +90,25 @@ def test_create_bucket_with_acls_is_refused(s3: Any, kwargs: dict[str, str], exp
     assert _code(exc) == expected
     assert name not in [b["Name"] for b in s3.list_buckets()["Buckets"]]
     s3.create_bucket(Bucket=name, ACL="private", ObjectOwnership="BucketOwnerEnforced")
+
+
+def test_expected_bucket_owner_must_name_the_owner(s3: Any, bucket: str) -> None:
+    """x-amz-expected-bucket-owner (boto3's ExpectedBucketOwner) and, for a copy's source,
+    x-amz-source-expected-bucket-owner: AccessDenied unless they name the bucket's owner
+    (its account id here: the owner's access key, the Owner ID crossbeat shows). They were
+    ignored."""
+    s3.put_object(Bucket=bucket, Key="k", Body=b"v")
+    with pytest.raises(ClientError) as exc:
+        s3.get_object(Bucket=bucket, Key="k", ExpectedBucketOwner="999999999999")
+    assert _code(exc) == (403, "AccessDenied")
+    with pytest.raises(ClientError) as exc:
+        s3.put_object(Bucket=bucket, Key="k2", Body=b"w", ExpectedBucketOwner="999999999999")
+    assert _code(exc) == (403, "AccessDenied")
+    with pytest.raises(ClientError) as exc:
+        s3.copy_object(Bucket=bucket, Key="k3", CopySource={"Bucket": bucket, "Key": "k"},
+                       ExpectedSourceBucketOwner="999999999999")
+    assert _code(exc) == (403, "AccessDenied")
+    assert s3.list_objects_v2(Bucket=bucket)["KeyCount"] == 1
+    owner = s3.get_bucket_acl(Bucket=bucket)["Owner"]["ID"]
+    assert owner == ROOT_AK
+    assert s3.get_object(Bucket=bucket, Key="k", ExpectedBucketOwner=owner)["Body"].read() == b"v"
