@@ -51,7 +51,8 @@ class Broker:
             on_members_change=offsets.note_members,
             on_stable=offsets.note_stable,
         )
-        self.groups.restore(offsets.stable_groups())
+        for group_id in self.groups.restore(offsets.stable_groups()):
+            offsets.note_members(group_id, False)  # not restored: Empty from now on
         self.producers = ProducerStates(settings.data_dir / "producer_snapshots")
         self.producer_ids = ProducerIdAllocator(settings.data_dir)
         self.partition_txns = PartitionTxns()

@@ -14,12 +14,13 @@ only ever had standalone commits, or its log predates these lines). A commit is
 acknowledged only after its line is fsynced; concurrent commits share one fsync (group
 commit). On open the file is read front to back: a line that is torn (no newline) or
 fails its CRC ends the log and is cut off, so a crash loses only unacknowledged commits.
-A line with `"stable": {...}` (and `"members": true`) keeps what a classic group was when it
-last became Stable (the coordinator's `on_stable`, `groups.state.stable_doc`: generation,
-members, assignments), as Kafka's group metadata record does; an Empty note or a drop
-forgets it. On open, those groups are handed back (`stable_groups`) for the coordinator to
-restore: their members carry on. Any other group the log leaves with members (a KIP-848
-group, or a log that predates these lines) had them when the last broker stopped; they are
+A line with `"stable": {...}` (and `"members": true`) keeps a group's last state, as Kafka's
+group metadata records do: a classic group's when it last became Stable (the coordinator's
+`on_stable`, `groups.state.stable_doc`: generation, members, assignments), a KIP-848
+group's whenever it changed (`groups.consumer_group.group_doc`, `"kind": "consumer"`); an
+Empty note or a drop forgets it. On open, those groups are handed back (`stable_groups`) for the coordinator to
+restore: their members carry on. Any other group the log leaves with members (a log that
+predates these lines) had them when the last broker stopped; they are
 gone now, so on open it is noted Empty as of then (durably, so a second restart keeps that
 time).
 When the log has grown past `compact_after` lines it is rewritten as a snapshot (write,

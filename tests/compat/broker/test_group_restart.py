@@ -99,3 +99,52 @@ def test_an_exactly_once_loop_carries_on_over_a_broker_restart(tmp_path: Path, h
             assert describe(front.address, "eos") == ("Empty", [])
         finally:
             broker.stop()
+
+
+def test_a_consumer_protocol_member_keeps_its_partitions_over_a_broker_restart(tmp_path: Path) -> None:
+    """A KIP-848 group (group.protocol=consumer) is kept too: after the restart the member's
+    heartbeats (its id and epoch) are recognised and it keeps its partitions, with no
+    revocation; its commits with its epoch are accepted. Before, the restarted broker
+    answered UNKNOWN_MEMBER_ID: the member lost its partitions and joined again."""
+    from confluent_kafka import Consumer, Producer
+
+    with relay() as front:
+        broker = configured_broker(tmp_path / "data")
+        front.start_broker(broker)
+        try:
+            create_topic(front.address, "kip848", 2)
+            feed = Producer({"bootstrap.servers": front.address})
+            for i in range(4):
+                feed.produce("kip848", value=b"%d" % i, partition=i % 2)
+            assert feed.flush(20) == 0
+            events: list[str] = []
+            consumer = Consumer({"bootstrap.servers": front.address, "group.id": "k848",
+                                 "group.protocol": "consumer", "auto.offset.reset": "earliest",
+                                 "enable.auto.commit": False})
+            consumer.subscribe(["kip848"], on_assign=lambda c, ps: events.append("assign"),
+                               on_revoke=lambda c, ps: events.append("revoke"),
+                               on_lost=lambda c, ps: events.append("lost"))
+
+            def read(n: int) -> None:
+                got = 0
+                deadline = time.monotonic() + 30
+                while got < n and time.monotonic() < deadline:
+                    msg = consumer.poll(0.2)
+                    if msg is not None and msg.error() is None:
+                        got += 1
+                        consumer.commit(msg, asynchronous=False)
+                assert got == n
+
+            read(4)
+            assert events == ["assign"] and len(consumer.assignment()) == 2
+            broker.stop()
+            front.drop_connections()
+            front.start_broker(broker)
+            for i in range(4):
+                feed.produce("kip848", value=b"again %d" % i, partition=i % 2)
+            assert feed.flush(20) == 0
+            read(4)  # commits with its member epoch, accepted
+            assert events == ["assign"], events  # no revocation, no loss, no re-assignment
+            consumer.close()
+        finally:
+            broker.stop()

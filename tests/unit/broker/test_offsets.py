@@ -89,6 +89,7 @@ def test_a_stable_group_is_kept_across_reopen_and_compaction_until_it_empties(tm
         store.note_stable("gone", stable(1))
         store.note_members("gone", False)
         store.note_stable("bad", {"generation": "x"})
+        store.note_stable("bad848", {"kind": "consumer", "groupEpoch": 1})
         for i in range(8):  # past compact_after: rewritten as a snapshot
             await store.commit("g", [("t", 0, i, 0, None)])
         await store.close()
@@ -97,10 +98,10 @@ def test_a_stable_group_is_kept_across_reopen_and_compaction_until_it_empties(tm
 
     async def second() -> None:
         store = await OffsetStore.open(tmp_path)
-        assert sorted(store.stable_groups()) == ["bad", "g"] and store.has_members("g")
+        assert sorted(store.stable_groups()) == ["bad", "bad848", "g"] and store.has_members("g")
         coordinator = GroupCoordinator(clock=lambda: 100.0)
-        coordinator.restore(store.stable_groups())
-        assert sorted(coordinator.groups) == ["g"]
+        assert coordinator.restore(store.stable_groups()) == ["bad", "bad848"]
+        assert sorted(coordinator.groups) == ["g"] and not coordinator.consumer.groups
         group = coordinator.groups["g"]
         assert (group.state, group.generation, group.leader_id) == (GroupState.STABLE, 2, "m1")
         member = group.members["m1"]
@@ -114,3 +115,29 @@ def test_a_stable_group_is_kept_across_reopen_and_compaction_until_it_empties(tm
         await reopened.close()
 
     asyncio.run(second())
+
+
+def test_a_kept_state_the_broker_cannot_restore_leaves_its_group_empty(tmp_path: Path) -> None:
+    """A kept state the coordinator refuses (an edited log, say): the group is noted Empty at
+    start, as one without a kept state is, so that its offsets can expire. It stayed "with
+    members" for good (found by the review)."""
+    from tests.unit.broker.conftest import LoopBroker
+
+    data = tmp_path / "data"
+
+    async def keep() -> None:
+        store = await OffsetStore.open(data)
+        store.note_stable("bad", {"generation": 1, "leader": "nobody", "members": []})
+        await store.commit("bad", [("t", 0, 5, 0, None)])
+        await store.close()
+
+    asyncio.run(keep())
+    LoopBroker(data).start().close()
+
+    async def check() -> None:
+        store = await OffsetStore.open(data)
+        assert not store.has_members("bad") and store.empty_since("bad") is not None
+        assert "bad" not in store.stable_groups()
+        await store.close()
+
+    asyncio.run(check())

@@ -31,6 +31,7 @@ import re
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from crossbeat.broker.errors import ErrorCode
 from crossbeat.broker.groups.assignors import ASSIGNORS, DEFAULT_ASSIGNOR, Assignment
@@ -39,7 +40,9 @@ from crossbeat.broker.groups.consumer_group import (
     ConsumerGroup,
     ConsumerMember,
     MemberState,
+    group_doc,
     reconcile,
+    restored_group,
 )
 from crossbeat.broker.groups.rebalance import MembersListener
 from crossbeat.broker.groups.state import Group, GroupState
@@ -89,7 +92,10 @@ class ConsumerGroupCoordinator:
 
     def __init__(self, *, heartbeat_interval_ms: int = 5000, session_timeout_ms: int = 45000,
                  clock: Callable[[], float], classic: dict[str, Group],
-                 on_members_change: MembersListener) -> None:
+                 on_members_change: MembersListener,
+                 on_state: Callable[[str, dict[str, Any]], None] | None = None) -> None:
+        self._on_state = on_state or (lambda group_id, doc: None)
+        self._kept: dict[str, dict[str, Any]] = {}  # the last state handed to on_state
         self.heartbeat_interval_ms = heartbeat_interval_ms
         self._session = session_timeout_ms / 1000
         self._clock = clock
@@ -97,9 +103,36 @@ class ConsumerGroupCoordinator:
         self._on_members_change = on_members_change
         self.groups: dict[str, ConsumerGroup] = {}
 
+    # -- kept across restarts ------------------------------------------------------------
+    def restore(self, group_id: str, doc: dict[str, Any]) -> None:
+        """Take back a group `consumer_group.group_doc` described (raises KeyError,
+        TypeError or ValueError for one that does not describe a group)."""
+        group = restored_group(group_id, doc, self._clock())
+        self.groups[group_id] = group
+        self._kept[group_id] = doc
+
+    def _keep(self, group: ConsumerGroup | None) -> None:
+        """Hand `on_state` the group's state if it changed (membership, epochs, partitions;
+        not sessions); an empty group is not kept (its Empty note forgets it)."""
+        if group is None:
+            return
+        if not group.members:
+            self._kept.pop(group.group_id, None)
+            return
+        doc = group_doc(group)
+        if self._kept.get(group.group_id) != doc:
+            self._kept[group.group_id] = doc
+            self._on_state(group.group_id, doc)
+
     # -- ConsumerGroupHeartbeat --------------------------------------------------------------
     def heartbeat(self, hb: Heartbeat, topics: Mapping[str, int]) -> HeartbeatResult:
         """Handle one heartbeat; `topics` is every existing topic's partition count."""
+        try:
+            return self._heartbeat(hb, topics)
+        finally:
+            self._keep(self.groups.get(hb.group_id))
+
+    def _heartbeat(self, hb: Heartbeat, topics: Mapping[str, int]) -> HeartbeatResult:
         invalid = self._invalid(hb)
         if invalid is not None:
             return invalid
@@ -316,11 +349,16 @@ class ConsumerGroupCoordinator:
         """Remove members past their session timeout or revocation deadline."""
         now = self._clock()
         for group in list(self.groups.values()):
+            removed = False
             for m in list(group.members.values()):
                 if now - m.last_seen > self._session:
                     self.remove(group, m, "session timeout")
+                    removed = True
                 elif m.revoke_deadline is not None and now > m.revoke_deadline:
                     self.remove(group, m, "did not revoke in time")
+                    removed = True
+            if removed:
+                self._keep(group)
 
     @staticmethod
     def new_member_id() -> str:

@@ -130,3 +130,65 @@ def _next(member: ConsumerMember, epoch: int, target: Assignment,
     member.revoking = EMPTY
     member.revoke_deadline = None
     member.state = MemberState.UNRELEASED_PARTITIONS if unreleased else MemberState.STABLE
+
+
+def _partitions(assignment: Assignment) -> list[list[str | int]]:
+    return [[topic, partition] for topic, partition in sorted(assignment)]
+
+
+def _assignment(doc: list[list[str | int]]) -> Assignment:
+    return frozenset((str(topic), int(partition)) for topic, partition in doc)
+
+
+def group_doc(group: ConsumerGroup) -> dict[str, object]:
+    """What a consumer group is, as JSON, for the offset store to keep (as Kafka keeps a
+    consumer group's records): restored at start (`restored_group`), its members carry on
+    with their epochs and partitions. Sessions (`last_seen`) are not part of it."""
+    return {
+        "kind": "consumer",
+        "groupEpoch": group.group_epoch,
+        "assignmentEpoch": group.assignment_epoch,
+        "assignor": group.assignor,
+        "metadata": dict(sorted(group.metadata.items())),
+        "target": {mid: _partitions(a) for mid, a in sorted(group.target.items())},
+        "members": [
+            {
+                "id": m.member_id, "instance": m.instance_id, "rack": m.rack_id,
+                "client": m.client_id, "host": m.client_host, "rebalance": m.rebalance_timeout,
+                "names": sorted(m.subscribed_names), "regex": m.subscribed_regex,
+                "assignor": m.server_assignor, "epoch": m.member_epoch,
+                "previous": m.previous_epoch, "state": m.state.value,
+                "assigned": _partitions(m.assigned), "revoking": _partitions(m.revoking),
+            }
+            for m in group.members.values()
+        ],
+    }
+
+
+def restored_group(group_id: str, doc: dict[str, object], now: float) -> ConsumerGroup:
+    """The group `group_doc` described, each member's session starting `now` (and a member
+    that was revoking given its rebalance timeout from now). Raises KeyError, TypeError or
+    ValueError for a document that is not one."""
+    d: dict[str, object] = doc
+    metadata = d["metadata"]
+    target = d["target"]
+    members = d["members"]
+    if not isinstance(metadata, dict) or not isinstance(target, dict) or not isinstance(members, list):
+        raise TypeError("not a consumer group document")
+    group = ConsumerGroup(group_id, int(str(d["groupEpoch"])), int(str(d["assignmentEpoch"])),
+                          None if d["assignor"] is None else str(d["assignor"]),
+                          metadata={str(t): int(n) for t, n in metadata.items()},
+                          target={str(mid): _assignment(a) for mid, a in target.items()})
+    for m in members:
+        state = MemberState(m["state"])
+        member = ConsumerMember(
+            str(m["id"]), m["instance"], m["rack"], str(m["client"]), str(m["host"]),
+            float(m["rebalance"]), frozenset(str(t) for t in m["names"]), m["regex"],
+            m["assignor"], int(m["epoch"]), int(m["previous"]), state,
+            _assignment(m["assigned"]), _assignment(m["revoking"]), now,
+            now + float(m["rebalance"]) if state is MemberState.UNREVOKED_PARTITIONS else None,
+        )
+        group.members[member.member_id] = member
+    if not group.members:
+        raise ValueError("a kept consumer group has members")
+    return group

@@ -59,8 +59,9 @@ class GroupCoordinator:
     and `restore` takes them back at start, so that a broker restart costs the members no
     rebalance, and an exactly-once application's TxnOffsetCommit with its member id and
     generation is still accepted (as Kafka's coordinator loads its group metadata records).
-    `groups` holds the classic groups, `consumer.groups` the KIP-848 ones (not kept
-    across restarts: their members join again with epoch 0).
+    A KIP-848 group's state (epochs, members, target and current assignments) is handed to
+    `on_stable` likewise whenever it changes (`consumer_group.group_doc`), and restored the
+    same way. `groups` holds the classic groups, `consumer.groups` the KIP-848 ones.
     """
 
     def __init__(self, *, min_session_ms: int = 1000, max_session_ms: int = 1800000,
@@ -79,22 +80,33 @@ class GroupCoordinator:
         self.consumer = ConsumerGroupCoordinator(
             heartbeat_interval_ms=consumer_heartbeat_interval_ms,
             session_timeout_ms=consumer_session_timeout_ms, clock=clock, classic=self.groups,
-            on_members_change=on_members_change or (lambda group_id, has_members: None))
+            on_members_change=on_members_change or (lambda group_id, has_members: None),
+            on_state=self._on_stable)
 
-    def restore(self, docs: dict[str, dict[str, Any]]) -> None:
+    def restore(self, docs: dict[str, dict[str, Any]]) -> list[str]:
         """Take back the Stable groups the offset store kept (`on_stable`'s documents),
         before any request is served. A document that does not describe one is logged and
-        skipped: its members join again, as they would have."""
+        skipped: its members join again, as they would have. Returns the skipped groups'
+        ids: the caller notes them Empty (else their offsets would never expire)."""
         now = self._clock()
+        rejected: list[str] = []
         for group_id, doc in docs.items():
             try:
+                if doc.get("kind") == "consumer":
+                    self.consumer.restore(group_id, doc)
+                    log.info("group %s: restored consumer group at epoch %d with %d member(s)",
+                             group_id, self.consumer.groups[group_id].group_epoch,
+                             len(self.consumer.groups[group_id].members))
+                    continue
                 self.groups[group_id] = restored_group(group_id, doc, now)
             except (KeyError, TypeError, ValueError, binascii.Error) as exc:
                 log.warning("group %s: its kept state is unusable (%s): its members join again",
                             group_id, exc)
+                rejected.append(group_id)
                 continue
             log.info("group %s: restored stable at generation %d with %d member(s)", group_id,
                      self.groups[group_id].generation, len(self.groups[group_id].members))
+        return rejected
 
     # -- JoinGroup ---------------------------------------------------------------------------
     async def join(self, group_id: str, member_id: str, group_instance_id: str | None,
