@@ -23,7 +23,7 @@ import base64
 import hashlib
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -228,6 +228,27 @@ def test_hung_backend_answers_503_and_other_buckets_are_served(
     assert s3.get_object(Bucket=cold, Key="k")["Body"].read() == b"a" * 1000
 
 
+def _slowest_local_round_while(
+    hung: Any, args: Iterable[int], proxy: SwitchProxy, s3: Any, local: str
+) -> float:
+    """Run `hung(arg)` for each arg on threads (requests that reach the hung backend), and
+    meanwhile time five rounds of a GET and a 2 MiB PUT in bucket `local` (which holds `k`,
+    1000 b"l"); the slowest round's seconds, once every thread has ended."""
+    threads = [threading.Thread(target=hung, args=(a,), daemon=True) for a in args]
+    for t in threads:
+        t.start()
+    wait_until(lambda: proxy.requests > 0, timeout=30, what="a request reaching the hung backend")
+    slowest = 0.0
+    for _ in range(5):
+        began = time.monotonic()
+        assert s3.get_object(Bucket=local, Key="k")["Body"].read() == b"l" * 1000
+        s3.put_object(Bucket=local, Key="k2", Body=b"x" * 2 * MiB)
+        slowest = max(slowest, time.monotonic() - began)
+    for t in threads:
+        t.join(timeout=120)
+    return slowest
+
+
 def test_part_copies_from_a_hung_backend_leave_the_shared_workers_free(
     s3: Any, back: Any, cold: str, passing: SwitchProxy, front: Service
 ) -> None:
@@ -249,19 +270,8 @@ def test_part_copies_from_a_hung_backend_leave_the_shared_workers_free(
         except ClientError as exc:
             outcomes.append((exc.response["ResponseMetadata"]["HTTPStatusCode"], exc.response["Error"]["Code"]))
 
-    threads = [threading.Thread(target=hung_copy, args=(n,), daemon=True) for n in range(1, 9)]
-    for t in threads:
-        t.start()
-    wait_until(lambda: passing.requests > 0, timeout=30, what="a request reaching the hung backend")
-    slowest = 0.0
-    for _ in range(5):
-        began = time.monotonic()
-        assert s3.get_object(Bucket="local-part-copies", Key="k")["Body"].read() == b"l" * 1000
-        s3.put_object(Bucket="local-part-copies", Key="k2", Body=b"x" * 2 * MiB)
-        slowest = max(slowest, time.monotonic() - began)
-    assert slowest < 2.5  # not waiting for a worker a hung backend holds
-    for t in threads:
-        t.join(timeout=120)
+    # not waiting for a worker a hung backend holds
+    assert _slowest_local_round_while(hung_copy, range(1, 9), passing, s3, "local-part-copies") < 2.5
     assert set(outcomes) == {(503, "ServiceUnavailable")} and len(outcomes) == 8
     assert s3.list_parts(Bucket="local-part-copies", Key="m", UploadId=upload).get("Parts", []) == []
 
@@ -297,19 +307,8 @@ def test_batch_routes_on_a_hung_backend_leave_the_shared_workers_free(
             doc = {"replicas": [{"metadata": md, "data": base64.b64encode(data).decode()}]}
             answers.append(_batch(front.url, "batchReplica", doc).json()["results"][0])
 
-    threads = [threading.Thread(target=hung_batch, args=(i,), daemon=True) for i in range(8)]
-    for t in threads:
-        t.start()
-    wait_until(lambda: passing.requests > 0, timeout=30, what="a request reaching the hung backend")
-    slowest = 0.0
-    for _ in range(5):
-        began = time.monotonic()
-        assert s3.get_object(Bucket="local-batches", Key="k")["Body"].read() == b"l" * 1000
-        s3.put_object(Bucket="local-batches", Key="k2", Body=b"x" * 2 * MiB)
-        slowest = max(slowest, time.monotonic() - began)
-    assert slowest < 2.5  # not waiting for a worker a hung backend holds (4 s and more; 0.1 s here)
-    for t in threads:
-        t.join(timeout=120)
+    # not waiting for a worker a hung backend holds (4 s and more; 0.1 s here)
+    assert _slowest_local_round_while(hung_batch, range(8), passing, s3, "local-batches") < 2.5
     assert len(answers) == 8
     reads = [a for a in answers if "metadata" in a]
     writes = [a for a in answers if "metadata" not in a]
