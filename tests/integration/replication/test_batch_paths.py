@@ -145,6 +145,8 @@ def test_the_data_route_checks_a_crc32c_and_can_skip_the_md5(
     _, b = sites
     sb = s3_client(b.url)
     sb.create_bucket(Bucket="data-route")
+    # (a replica's bucket: the route refuses bytes for one whose versioning is not Enabled)
+    sb.put_bucket_versioning(Bucket="data-route", VersioningConfiguration={"Status": "Enabled"})
 
     def stored() -> int:  # pytest also links the newest "batchN" as "batchcurrent"
         return len(list(tmp_path_factory.getbasetemp().glob("batch[0-9]*/b/**/manifest.json")))
