@@ -330,6 +330,8 @@ def read_range(
                                             time.monotonic() - last_progress, end_grace)
                         if lost is None:
                             continue  # a stale end: the records are on their way
+                    elif code in _NO_SUCH_TOPIC and not _deleted(c, topic, partition):
+                        raise SourceError(f"{topic}[{partition}]: {err} (the topic still exists)")
                     elif code == KafkaError._AUTO_OFFSET_RESET or code in _NO_SUCH_TOPIC:
                         lost, resume = _gap(c, topic, partition, nxt, until,
                                             time.monotonic() - last_progress, end_grace)
@@ -388,7 +390,7 @@ def _gap(
             TopicPartition(topic, partition), timeout=10.0, cached=False
         )
     except KafkaException as exc:
-        if exc.args[0].code() not in _NO_SUCH_TOPIC:
+        if exc.args[0].code() not in _NO_SUCH_TOPIC or not _deleted(c, topic, partition):
             raise
         return (f"{topic}[{partition}] is gone (topic deleted): offsets {nxt} to {until - 1} "
                 "were not read"), None
@@ -401,6 +403,24 @@ def _gap(
                 f"partition now ends at {hi}: the topic was deleted and recreated, or the "
                 "broker lost records)"), None
     return None, nxt
+
+
+def _deleted(c: Consumer, topic: str, partition: int) -> bool:
+    """Whether the broker itself says `topic` (or its `partition`) no longer exists. The
+    client's local "unknown topic/partition" is no proof: librdkafka says it too while no
+    broker answers (a broker restart), and reading on past records taken for deleted lost
+    replicas. Raises SourceError (the read is retried) when no broker answers."""
+    try:
+        meta = c.list_topics(topic, timeout=10.0).topics.get(topic)
+    except KafkaException as exc:
+        raise SourceError(f"{topic}[{partition}]: the broker does not answer: {exc}") from exc
+    if meta is None:
+        return True
+    if meta.error is not None:
+        if meta.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+            return True
+        raise SourceError(f"{topic}[{partition}]: {meta.error}")
+    return partition not in meta.partitions
 
 
 # One reading consumer per Python worker, broker list and settings, reused across tasks:

@@ -206,8 +206,10 @@ def run_pipelines(
     the retry bounds, data lost under failOnDataLoss); restarting it replays that batch
     from the checkpoint, which the idempotent processors allow. A query that fails again
     soon after its restart is restarted after a doubling delay (`restart_delay`), so that a
-    failure that persists costs a restart a minute, not one every few seconds. Queries are
-    stopped gracefully when `stop` is set.
+    failure that persists costs a restart a minute, not one every few seconds. A restart
+    that fails (the broker still unreachable when the query's topics are checked) counts as
+    another failure of that query: the process stays up. Queries are stopped gracefully
+    when `stop` is set.
     """
     warm_workers(spark)
     queries = start_pipelines(spark, names, ps, rs)
@@ -230,7 +232,13 @@ def run_pipelines(
                           q.name, q.exception(), delay, failures[q.name])
                 if stop.wait(delay):
                     return
-                queries[i] = _restart(spark, q.name, ps, rs)
+                try:
+                    queries[i] = _restart(spark, q.name, ps, rs)
+                except Exception as exc:  # noqa: BLE001 - e.g. the broker still away at restart
+                    # the dead query stays in place: the next pass counts another failure and
+                    # tries again after a longer delay, instead of the process exiting
+                    log.error("query %s could not be restarted (%s); trying again", q.name, exc)
+                    continue
                 started[q.name] = time.monotonic()
     finally:
         for q in queries:
