@@ -284,6 +284,9 @@ async def put_metadata(gw: Gateway, req: Request, ctx: Any, bucket: str, key: st
     return json_response(stored)
 
 
+DISCARD_PART_BYTES = 64 * 1024 * 1024  # a refused replica part read and dropped up to this
+
+
 async def put_data(gw: Gateway, req: Request, ctx: Any, bucket_name: str) -> Response:
     bucket = await gw.run(gw.store.get_bucket, bucket_name)
     if bucket is None:
@@ -295,6 +298,10 @@ async def put_data(gw: Gateway, req: Request, ctx: Any, bucket_name: str) -> Res
     # large version's parts would be copied whole, then discarded)
     refusal = replica_bucket_error(bucket, bucket_name, req.query.get("owner"))
     if refusal is not None:
+        # the part read and dropped, not left unread: the connection stays usable (closed
+        # under the pipeline's pooled client, it raced that client's next request, which
+        # then failed once for nothing)
+        await req.discard_body(limit=DISCARD_PART_BYTES)
         raise refusal
     repo = gw.repository(location) if location is not None else gw.location_for(bucket)
     # md5=0: the caller (a part of a large replica) checks the bytes with a flexible
