@@ -14,7 +14,10 @@ import socket
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
+from pathlib import Path
 from typing import Any
+
+from tests.compat.broker.helpers import configured_broker
 
 _BOUND = re.compile(r"listening on (\S+:\d+), advertising")
 
@@ -57,6 +60,16 @@ class Relay:
             broker.extra += ["--advertise", self.address]
         broker.start()
         self.point_to(bound_address(broker))
+
+    def restart_broker(self, broker: Any, how: str = "stop") -> None:
+        """Stop (SIGTERM, `how="stop"`) or kill (SIGKILL) `broker`, close the connections
+        its clients had (as a broker that went away leaves them), and start it again."""
+        if how == "kill":
+            broker.kill()
+        else:
+            broker.stop()
+        self.drop_connections()
+        self.start_broker(broker)
 
     def point_to(self, address: str) -> None:
         host, port = address.rsplit(":", 1)
@@ -123,3 +136,16 @@ def relay() -> Iterator[Relay]:
         yield r
     finally:
         r.close()
+
+
+@contextmanager
+def relayed_broker(data_dir: Path, broker_settings: str = "") -> Iterator[tuple[Relay, Any]]:
+    """A relay and a broker over `data_dir` (see helpers.configured_broker) started behind
+    it: (relay, broker), the broker stopped at the end."""
+    with relay() as front:
+        broker = configured_broker(data_dir, broker_settings)
+        front.start_broker(broker)
+        try:
+            yield front, broker
+        finally:
+            broker.stop()

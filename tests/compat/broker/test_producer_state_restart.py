@@ -131,9 +131,7 @@ def test_librdkafka_retry_of_a_batch_whose_answer_was_lost_over_a_kill_9(tmp_pat
             with connect(bound_address(broker)) as sock:
                 for seq in range(300):
                     assert produce(sock, "t", batch(b"B%d" % seq, B, seq))[0] == 0
-            broker.kill()
-            front.drop_connections()
-            front.start_broker(broker)
+            front.restart_broker(broker, "kill")
             assert producer.flush(60) == 0
             for i in (6, 7):
                 producer.produce("t", value=b"A%d" % i, on_delivery=report)

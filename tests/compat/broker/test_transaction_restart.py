@@ -51,12 +51,7 @@ def test_a_transaction_open_over_a_restart_commits(tmp_path: Path, how: str) -> 
             for i in range(5):
                 producer.produce("t", value=b"v%d" % i)
             assert producer.flush(20) == 0
-            if how == "stop":
-                broker.stop()
-            else:
-                broker.kill()
-            front.drop_connections()
-            front.start_broker(broker)
+            front.restart_broker(broker, how)
             # still open: read_committed readers are held before it, and the partition
             # names it (its index was built at the restart, not left to a first reader)
             assert open_transaction_start(front.address, "t") == [0]

@@ -136,6 +136,15 @@ def put_cold(s3: Any, back: Any, bucket: str, key: str, body: bytes) -> str:
     return new
 
 
+def _outcome(call: Any) -> tuple[int, str]:
+    """(200, "") if `call()` succeeds, else the S3 error's (status, code)."""
+    try:
+        call()
+    except ClientError as exc:
+        return exc.response["ResponseMetadata"]["HTTPStatusCode"], exc.response["Error"]["Code"]
+    return 200, ""
+
+
 def error_of(call: Any) -> tuple[int, str, str]:
     with pytest.raises(ClientError) as info:
         call()
@@ -203,11 +212,7 @@ def test_hung_backend_answers_503_and_other_buckets_are_served(
 
     def hung_get() -> None:
         client = s3_client(front.url, connect_timeout=5, read_timeout=120)
-        try:
-            client.get_object(Bucket=cold, Key="k")["Body"].read()
-            outcomes.append((200, ""))
-        except ClientError as exc:
-            outcomes.append((exc.response["ResponseMetadata"]["HTTPStatusCode"], exc.response["Error"]["Code"]))
+        outcomes.append(_outcome(lambda: client.get_object(Bucket=cold, Key="k")["Body"].read()))
 
     threads = [threading.Thread(target=hung_get, daemon=True) for _ in range(8)]
     for t in threads:
@@ -263,12 +268,9 @@ def test_part_copies_from_a_hung_backend_leave_the_shared_workers_free(
 
     def hung_copy(number: int) -> None:
         client = s3_client(front.url, connect_timeout=5, read_timeout=120)
-        try:
-            client.upload_part_copy(Bucket="local-part-copies", Key="m", UploadId=upload, PartNumber=number,
-                                    CopySource={"Bucket": cold, "Key": "src"})
-            outcomes.append((200, ""))
-        except ClientError as exc:
-            outcomes.append((exc.response["ResponseMetadata"]["HTTPStatusCode"], exc.response["Error"]["Code"]))
+        outcomes.append(_outcome(lambda: client.upload_part_copy(
+            Bucket="local-part-copies", Key="m", UploadId=upload, PartNumber=number,
+            CopySource={"Bucket": cold, "Key": "src"})))
 
     # not waiting for a worker a hung backend holds
     assert _slowest_local_round_while(hung_copy, range(1, 9), passing, s3, "local-part-copies") < 2.5
