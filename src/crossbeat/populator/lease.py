@@ -18,15 +18,12 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from crossbeat.populator.client_settings import RECONNECT
-
-# How long one blocking group call may run before the stop event is looked at again.
-_STOP_CHECK_S = 0.5
+from crossbeat.populator.publisher import in_slices
 
 log = logging.getLogger(__name__)
 
@@ -94,18 +91,9 @@ class GroupLease:
 
         Raises KafkaException when the group does not answer within `timeout`, or sooner
         once the stop event is set."""
-        deadline = time.monotonic() + timeout
-        while True:
-            # Short slices, not one long call: a signal handler only sets the stop event,
-            # which a single committed(timeout=30) would not look at.
-            left = max(0.01, min(_STOP_CHECK_S, deadline - time.monotonic()))
-            try:
-                [tp] = self._consumer.committed([TopicPartition(self.topic, 0)], timeout=left)
-            except KafkaException:
-                if (self._stop is not None and self._stop.is_set()) or time.monotonic() >= deadline:
-                    raise
-                continue
-            return tp.offset if tp.offset >= 0 else 0
+        partition = [TopicPartition(self.topic, 0)]
+        [tp] = in_slices(lambda t: self._consumer.committed(partition, timeout=t), timeout, self._stop)
+        return tp.offset if tp.offset >= 0 else 0
 
     def commit_seq(self, seq: int) -> bool:
         """Record `seq` as the shared restart point (synchronously); False when the group

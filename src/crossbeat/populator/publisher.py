@@ -6,8 +6,8 @@ import concurrent.futures
 import logging
 import threading
 import time
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, TypeVar
 
 import orjson
 from confluent_kafka import KafkaError, KafkaException, Producer
@@ -25,6 +25,7 @@ CHECKPOINT_KEY = b"__crossbeat_checkpoint__"
 # The longest a blocking librdkafka call runs before we look at the stop event again: a
 # Python signal handler only sets that event, so this bounds how long SIGTERM waits.
 STOP_CHECK_S = 0.5
+T = TypeVar("T")
 
 
 class PublishError(CrossbeatError):
@@ -40,6 +41,20 @@ class PublishAbandoned(PublishError):
     nothing may be checkpointed (the batch is published again at the next start)."""
 
 
+def in_slices(call: Callable[[float], T], timeout: float, stop: threading.Event | None) -> T:
+    """`call(t)`, a blocking librdkafka call given a timeout `t`, made again in slices of at
+    most STOP_CHECK_S until it returns; its KafkaException once `timeout` has passed or
+    `stop` is set. (A signal handler only sets `stop`, which one long call would not see.)"""
+    deadline = time.monotonic() + timeout
+    while True:
+        left = deadline - time.monotonic()
+        try:
+            return call(max(0.01, min(STOP_CHECK_S, left)))
+        except KafkaException:
+            if (stop is not None and stop.is_set()) or time.monotonic() >= deadline:
+                raise
+
+
 def _metadata(
     client: Any, brokers: str, timeout: float, stop: threading.Event | None,
     topic: str | None = None,
@@ -47,18 +62,14 @@ def _metadata(
     """`client.list_topics` within `timeout`, asked in short slices so that `stop` is seen.
 
     Raises BrokerUnreachable at the deadline, PublishAbandoned once `stop` is set."""
-    deadline = time.monotonic() + timeout
-    while True:
-        left = deadline - time.monotonic()
-        try:
-            return client.list_topics(topic, timeout=max(0.01, min(STOP_CHECK_S, left)))
-        except KafkaException as exc:
-            if stop is not None and stop.is_set():
-                raise PublishAbandoned(f"stopped while waiting for broker {brokers}") from exc
-            if time.monotonic() >= deadline:
-                raise BrokerUnreachable(
-                    f"broker {brokers} unreachable after {timeout:g}s: {exc.args[0]}"
-                ) from exc
+    try:
+        return in_slices(lambda t: client.list_topics(topic, timeout=t), timeout, stop)
+    except KafkaException as exc:
+        if stop is not None and stop.is_set():
+            raise PublishAbandoned(f"stopped while waiting for broker {brokers}") from exc
+        raise BrokerUnreachable(
+            f"broker {brokers} unreachable after {timeout:g}s: {exc.args[0]}"
+        ) from exc
 
 
 def ensure_topics(
