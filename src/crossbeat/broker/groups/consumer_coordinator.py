@@ -41,7 +41,6 @@ from crossbeat.broker.groups.consumer_group import (
     ConsumerMember,
     MemberState,
     group_doc,
-    member_doc,
     reconcile,
     restored_group,
 )
@@ -128,25 +127,10 @@ class ConsumerGroupCoordinator:
     # -- ConsumerGroupHeartbeat --------------------------------------------------------------
     def heartbeat(self, hb: Heartbeat, topics: Mapping[str, int]) -> HeartbeatResult:
         """Handle one heartbeat; `topics` is every existing topic's partition count."""
-        before = self._shape(hb)
         try:
             return self._heartbeat(hb, topics)
         finally:
-            # most heartbeats change nothing kept: the group's document (every member's
-            # partitions) is built only when this one changed what `_shape` covers
-            if self._shape(hb) != before:
-                self._keep(self.groups.get(hb.group_id))
-
-    def _shape(self, hb: Heartbeat) -> object:
-        """What a heartbeat of `hb`'s member can change of the kept state: the group's
-        epochs, assignor and member ids (a join, a leave, a static replacement; a target
-        changes only with the assignment epoch) and that member's own document."""
-        group = self.groups.get(hb.group_id)
-        if group is None:
-            return None
-        member = group.members.get(hb.member_id)
-        return (group.group_epoch, group.assignment_epoch, group.assignor, tuple(group.members),
-                member_doc(member) if member is not None else None)
+            self._keep(self.groups.get(hb.group_id))
 
     def _heartbeat(self, hb: Heartbeat, topics: Mapping[str, int]) -> HeartbeatResult:
         invalid = self._invalid(hb)

@@ -151,19 +151,17 @@ def group_doc(group: ConsumerGroup) -> dict[str, object]:
         "assignor": group.assignor,
         "metadata": dict(sorted(group.metadata.items())),
         "target": {mid: _partitions(a) for mid, a in sorted(group.target.items())},
-        "members": [member_doc(m) for m in group.members.values()],
-    }
-
-
-def member_doc(m: ConsumerMember) -> dict[str, object]:
-    """One member as `group_doc` keeps it."""
-    return {
-        "id": m.member_id, "instance": m.instance_id, "rack": m.rack_id,
-        "client": m.client_id, "host": m.client_host, "rebalance": m.rebalance_timeout,
-        "names": sorted(m.subscribed_names), "regex": m.subscribed_regex,
-        "assignor": m.server_assignor, "epoch": m.member_epoch,
-        "previous": m.previous_epoch, "state": m.state.value,
-        "assigned": _partitions(m.assigned), "revoking": _partitions(m.revoking),
+        "members": [
+            {
+                "id": m.member_id, "instance": m.instance_id, "rack": m.rack_id,
+                "client": m.client_id, "host": m.client_host, "rebalance": m.rebalance_timeout,
+                "names": sorted(m.subscribed_names), "regex": m.subscribed_regex,
+                "assignor": m.server_assignor, "epoch": m.member_epoch,
+                "previous": m.previous_epoch, "state": m.state.value,
+                "assigned": _partitions(m.assigned), "revoking": _partitions(m.revoking),
+            }
+            for m in group.members.values()
+        ],
     }
 
 
