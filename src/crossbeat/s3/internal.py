@@ -60,6 +60,7 @@ from crossbeat.s3.version_check import (
     check_version,
     is_location_list,
     replica_bucket_error,
+    store_replicas,
 )
 
 if TYPE_CHECKING:
@@ -264,8 +265,10 @@ async def put_metadata(gw: Gateway, req: Request, ctx: Any, bucket: str, key: st
         if refusal is not None:
             raise refusal
         as_replica(meta)
-        displaced = await gw.run(gw.store.put_version, meta)
-        await gw.free(unreferenced(displaced, meta))
+        outcome = (await gw.run(store_replicas, gw.store, [meta]))[0]
+        if isinstance(outcome, BaseException):
+            raise outcome
+        await gw.free(unreferenced(outcome[1], meta))
         stored = await gw.run(gw.store.get_version, bucket, key, version_id)
         return json_response(stored)
     expected = doc.get("expectedRevision")
@@ -341,7 +344,10 @@ async def put_replica(gw: Gateway, req: Request, ctx: Any, bucket_name: str, key
             raise S3Error("BadDigest", "replica bytes do not match the source ETag")
         new_loc = written.location.to_json()
         meta["location"] = [new_loc]
-        gw.free_now(unreferenced(gw.store.put_version(meta), meta))
+        outcome = store_replicas(gw.store, [meta])[0]
+        if isinstance(outcome, BaseException):
+            raise outcome  # the data just written is deleted (write_body)
+        gw.free_now(unreferenced(outcome[1], meta))
         stored = gw.store.get_version(bucket_name, key, version_id)
         assert stored is not None
         return stored

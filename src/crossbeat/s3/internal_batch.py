@@ -48,7 +48,12 @@ from crossbeat.s3.datapath import (
 )
 from crossbeat.s3.errors import S3Error, resource_error
 from crossbeat.s3.http import Request, Response
-from crossbeat.s3.version_check import as_replica, check_version, replica_bucket_error
+from crossbeat.s3.version_check import (
+    as_replica,
+    check_version,
+    replica_bucket_error,
+    store_replicas,
+)
 
 if TYPE_CHECKING:
     from crossbeat.s3.gateway import Gateway
@@ -178,19 +183,25 @@ async def batch_replica(gw: Gateway, req: Request, ctx: AuthContext) -> Response
         meta["location"] = [w.to_json()] if w is not None else []
         ready.append((i, meta))
     try:
-        stored = await gw.run(gw.store.put_versions, [meta for _, meta in ready])
+        stored = await gw.run(store_replicas, gw.store, [meta for _, meta in ready])
+        for outcome in stored:  # an error not an item's own failed the whole commit (I/O)
+            if isinstance(outcome, BaseException) and not isinstance(outcome, (S3Error, MetadataError)):
+                raise outcome
     except BaseException:
         # no version was made (SQLITE_FULL, say): the data just written is nobody's
         await asyncio.shield(gw.free([{"location": meta["location"]} for _, meta in ready]))
         raise
     free: list[dict[str, Any]] = []
     for (i, meta), outcome in zip(ready, stored, strict=True):
-        if isinstance(outcome, MetadataError):
-            code = "NoSuchBucket" if isinstance(outcome, NoSuchBucket) else "InvalidArgument"
-            results[i] = _error(code, str(outcome))
+        if isinstance(outcome, BaseException):
+            if isinstance(outcome, S3Error):  # its bucket changed since it was checked
+                results[i] = _error(outcome.code, outcome.message)
+            else:
+                code = "NoSuchBucket" if isinstance(outcome, NoSuchBucket) else "InvalidArgument"
+                results[i] = _error(code, str(outcome))
             free.append({"location": meta["location"]})  # never referenced: delete it
             continue
-        free.extend(unreferenced(outcome, meta))
+        free.extend(unreferenced(outcome[1], meta))
         results[i] = {"versionId": meta["versionId"]}
     if free:
         await gw.free(free)

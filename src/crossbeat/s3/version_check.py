@@ -12,10 +12,12 @@ in a bucket that could not hold it as S3 would (`replica_bucket_error`).
 
 from __future__ import annotations
 
+from concurrent.futures import Future
 from typing import Any, TypeGuard
 from urllib.parse import quote
 
 from crossbeat.metadata import Bucket
+from crossbeat.metadata.store import BuiltOutcome, MetadataStore
 from crossbeat.s3.errors import S3Error
 from crossbeat.s3.objectmeta import check_echoable, parse_iso
 
@@ -160,3 +162,30 @@ def replica_bucket_error(bucket: Bucket | None, name: str, owner: object = None)
             status=409, resource=name,
         )
     return None
+
+
+def store_replicas(store: MetadataStore, metas: list[dict[str, Any]]) -> list[BuiltOutcome]:
+    """Store replica versions (blocking: call it on a worker thread), each checked with
+    `replica_bucket_error` against its bucket as the storing transaction sees it: one
+    outcome per version, in order, (stored, displaced versions) or the error refusing it.
+
+    The routes check the bucket before they store a byte, and again here: the bucket's
+    versioning suspended (or the bucket deleted) between that check and the commit, say
+    while a large replica's body streamed in, would otherwise get a non-null replica
+    version in a bucket that may not hold one.
+    """
+
+    def build(meta: dict[str, Any]) -> Any:
+        def checked(bucket: Bucket | None) -> dict[str, Any]:
+            refusal = replica_bucket_error(bucket, str(meta["bucket"]), meta.get("owner"))
+            if refusal is not None:
+                raise refusal
+            return meta
+
+        return checked
+
+    if not metas:
+        return []
+    done: Future[list[BuiltOutcome]] = Future()
+    store.put_built_versions([(str(m["bucket"]), build(m)) for m in metas], done.set_result)
+    return done.result()
