@@ -60,6 +60,11 @@ SEND_IDLE_S = 60.0
 _REASONS = {s.value: s.phrase.encode() for s in http.HTTPStatus}
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 _BAD_REQUEST = b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+# RFC 9110 15.6.6: a request line naming another HTTP version than 1.0 or 1.1 (HTTP/2.0,
+# which is no HTTP/1.x framing at all, or HTTP/0.9) is refused, not served as HTTP/1.1
+_VERSION_NOT_SUPPORTED = (
+    b"HTTP/1.1 505 HTTP Version Not Supported\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+)
 
 
 def _s3_error(code: str, message: str) -> bytes:
@@ -267,6 +272,7 @@ class _Connection(asyncio.Protocol):
         self.scheme = "http"
         self.in_body = False  # between a request's headers and its end
         self.refused = False  # unparsable bytes follow the requests in `exchanges`
+        self.refusal = _BAD_REQUEST  # what they are answered with
         self.head_bytes = 0  # bytes received since the last request's headers ended
         self.head_size = 0  # the current head's request line and header lines, as parsed
         self.head_too_large = False  # a head completed in one piece went past the limit
@@ -310,7 +316,9 @@ class _Connection(asyncio.Protocol):
                         self._refuse()
                         return
                     data = data[int(upgrade.args[0]):]
-        except httptools.HttpParserError:
+        except httptools.HttpParserError as exc:
+            if str(exc) == "Invalid HTTP version":  # llhttp's: HTTP/1.2, HTTP/3.0
+                self.refusal = _VERSION_NOT_SUPPORTED
             if self.head_too_large:
                 self._too_large()
             else:
@@ -431,7 +439,7 @@ class _Connection(asyncio.Protocol):
                 self.transport.pause_reading()
             return
         if not self.exchanges or not self.exchanges[0].started:
-            self.transport.write(_BAD_REQUEST)
+            self.transport.write(self.refusal)
         self.transport.close()
 
     # -- parser callbacks ----------------------------------------------------------------
@@ -476,6 +484,9 @@ class _Connection(asyncio.Protocol):
             elif name == b"host":
                 hosts += 1
         http_version = parser.get_http_version()
+        if http_version not in ("1.1", "1.0"):
+            self.refusal = _VERSION_NOT_SUPPORTED
+            raise ValueError(f"HTTP/{http_version} is not supported")
         if http_version != "1.1":
             expect_100 = False  # RFC 9110 10.1.1: an HTTP/1.0 client's expectation is ignored
         elif hosts != 1:
@@ -557,7 +568,7 @@ class _Connection(asyncio.Protocol):
             if len(self.exchanges) == 1:
                 self.resume_reading()
         elif self.refused:
-            self.transport.write(_BAD_REQUEST)
+            self.transport.write(self.refusal)
             self.transport.close()
         elif self.server.stopping:
             self.transport.close()

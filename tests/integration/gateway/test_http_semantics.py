@@ -7,6 +7,8 @@
 - an absolute-form request target is served (RFC 9112 3.2.2: a server MUST accept it);
 - trailer fields of a chunked body are not request headers (RFC 9110 6.5.1): they changed
   the stored Content-Type, depending on how TCP split the request;
+- a request line of another HTTP version (HTTP/2.0, HTTP/0.9) is a 505, not served as
+  HTTP/1.1;
 - a TLS gateway with an idle keep-alive client stops at once (a TLS close waited 30 s for
   the client's close_notify).
 """
@@ -154,6 +156,18 @@ def test_host_is_required_once_and_http_1_0_expectations_are_ignored(gateway: Se
             sock.recv(65536)
         sock.sendall(b"10")
         assert responses(sock, 1)[0][0] == 200
+
+def test_other_http_versions_are_505_and_change_nothing(gateway: Service) -> None:
+    """RFC 9110 15.6.6: a request line naming HTTP/2.0 (no HTTP/1.x framing follows it) or
+    HTTP/0.9 is refused with 505, not served as if it were HTTP/1.1."""
+    for version in (b"HTTP/2.0", b"HTTP/0.9", b"HTTP/1.2"):
+        signed_head = head(gateway, "PUT", f"/{BUCKET}/versioned-{version[5:].decode()}", {"Content-Length": "2"})
+        with connect(gateway) as sock:
+            sock.sendall(signed_head.replace(b" HTTP/1.1\r\n", b" " + version + b"\r\n", 1) + b"hi")
+            assert responses(sock, 1) == [(505, b"")], version
+    listed = s3_client(gateway.url).list_objects_v2(Bucket=BUCKET, Prefix="versioned-")
+    assert listed["KeyCount"] == 0
+
 
 def test_a_tls_gateway_with_an_idle_keep_alive_client_stops_at_once(tmp_path: Path) -> None:
     import trustme
