@@ -41,9 +41,10 @@ Durability of each side (stated, not equal):
   src/crossbeat/repositories/sfs_prepared.py): 256 per gateway process at all times, and
   in quiet times as many as the largest burst of PUTs seen so far (up to 4096 per
   process). A round of 2,000 PUTs after the other servers' rounds is a burst after a quiet
-  time, served from that pool, so the benchmark also measures one long run of
-  `--sustained` PUTs (default 20,000, ten times the pool a round of 2,000 grows) per
-  server, crossbeat and SeaweedFS, on which the pool runs dry: see its line and ratios.
+  time, served from that pool, so the benchmark also measures long runs of `--sustained`
+  PUTs (default 20,000, ten times the pool a round of 2,000 grows), crossbeat and
+  SeaweedFS, on which the pool runs dry: `--sustained-rounds` of them per server (default
+  3), interleaved as the rounds are, reported as the median: see its line and ratios.
 - SeaweedFS (`weed mini`): writes to volume files without fsync per request (its default).
   This is the peer of the last line.
 - SeaweedFS with fsync (`seaweedfs-fsync`: the same, plus `fs.configure -fsync` on the
@@ -59,7 +60,7 @@ Second to last line: put_ratio_vs_seaweedfs_fsync=X get_ratio_vs_seaweedfs_fsync
 Last line: put_ratio_vs_seaweedfs=X get_ratio_vs_seaweedfs=Y (4 KiB objects).
 
 Usage: python benchmarks/s3_small_objects.py [--objects 2000] [--rounds 5] [--large 4] [--workers 64]
-    [--sustained 20000] [--only crossbeat seaweedfs seaweedfs-fsync moto]
+    [--sustained 20000] [--sustained-rounds 3] [--only crossbeat seaweedfs seaweedfs-fsync moto]
 """
 
 from __future__ import annotations
@@ -326,7 +327,7 @@ def small_round(server: Server, tmp: Path, small: Path, n: int, workers: int, r:
     return n / put, n / get, cpu
 
 
-def sustained_put(server: Server, tmp: Path, small: Path, n: int, workers: int) -> float:
+def sustained_put(server: Server, tmp: Path, small: Path, n: int, workers: int, r: int) -> float:
     """PUT/s of one s5cmd run of `n` 4 KiB PUTs (the files of `small` under `n` names, hard
     links, uploaded as the rounds' are: `cp` of a directory; `run` of a command file is
     slower for every server, s5cmd being its bottleneck): long enough for crossbeat to use
@@ -336,7 +337,7 @@ def sustained_put(server: Server, tmp: Path, small: Path, n: int, workers: int) 
     many.mkdir()
     for i in range(n):
         os.link(files[i % len(files)], many / f"o{i:07d}")
-    took, _ = s5(server, workers, "cp", "--concurrency", "1", f"{many}/*", "s3://bench/sustained/", ops=n)
+    took, _ = s5(server, workers, "cp", "--concurrency", "1", f"{many}/*", f"s3://bench/sustained{r}/", ops=n)
     shutil.rmtree(many)
     return n / took
 
@@ -372,7 +373,9 @@ def main() -> None:
     ap.add_argument("--large", type=int, default=4)
     ap.add_argument("--workers", type=int, default=64)
     ap.add_argument("--sustained", type=int, default=20_000,
-                    help="PUTs in the one long run per server (not moto); 0: none")
+                    help="PUTs in each long run per server (not moto); 0: none")
+    ap.add_argument("--sustained-rounds", type=int, default=3,
+                    help="long runs per server, interleaved; the median is reported")
     ap.add_argument("--only", nargs="*", default=["crossbeat", "seaweedfs", "seaweedfs-fsync", "moto"])
     args = ap.parse_args()
     every = (("crossbeat", crossbeat), ("seaweedfs", seaweedfs),
@@ -395,10 +398,15 @@ def main() -> None:
                 rounds[server.name].append(small_round(server, client, small, args.objects, args.workers, r))
             print(f"round {r}: " + "  ".join(
                 f"{name} PUT {rs[-1][0]:.0f} GET {rs[-1][1]:.0f}" for name, rs in rounds.items()), flush=True)
-        sustained: dict[str, float] = {}
-        for server in servers:
-            if args.sustained and server.name != "moto":
-                sustained[server.name] = sustained_put(server, client, small, args.sustained, args.workers)
+        long_runs: dict[str, list[float]] = {s.name: [] for s in servers if s.name != "moto"}
+        for r in range(args.sustained_rounds if args.sustained else 0):
+            order = [s for s in servers[r % len(servers):] + servers[: r % len(servers)] if s.name in long_runs]
+            for server in order:
+                long_runs[server.name].append(
+                    sustained_put(server, client, small, args.sustained, args.workers, r))
+            print(f"sustained round {r}: " + "  ".join(
+                f"{name} PUT {runs[-1]:.0f}" for name, runs in long_runs.items()), flush=True)
+        sustained = {name: statistics.median(runs) for name, runs in long_runs.items() if runs}
         for server in servers:
             res = measure_rest(server, client, args.objects, args.large, args.workers)
             res["put_ops"] = statistics.median(p for p, _, _ in rounds[server.name])
@@ -415,7 +423,8 @@ def main() -> None:
                   f"{statistics.median(c.rest for c in cpus):.3f} ms  (machine idle "
                   f"{statistics.median(c.idle for c in cpus) * 100:.0f}%)", flush=True)
             if server.name in sustained:
-                print(f"  4 KiB PUT, sustained (one run of {args.sustained} PUTs): "
+                print(f"  4 KiB PUT, sustained (median of {args.sustained_rounds} interleaved runs "
+                      f"of {args.sustained} PUTs): "
                       f"{sustained[server.name]:8.0f} ops/s", flush=True)
             print(f"  64 MiB: PUT {res['put_mbps']:7.1f} MB/s  GET {res['get_mbps']:7.1f} MB/s", flush=True)
     cb, sw, swf = results.get("crossbeat"), results.get("seaweedfs"), results.get("seaweedfs-fsync")
