@@ -97,6 +97,21 @@ class InvalidRecords(CorruptBatch):
     UTF-8. Kafka answers these INVALID_RECORD (its `DefaultRecord.readFrom`, `LogValidator`)."""
 
 
+class InvalidTimestamp(InvalidRecords):
+    """A CreateTime record whose timestamp is outside the topic's bounds
+    (`message.timestamp.before.max.ms` / `after.max.ms`): INVALID_TIMESTAMP, with
+    Kafka's message (`LogValidator.validateTimestamp`)."""
+
+
+def check_timestamp(timestamp: int, offset: int, window: tuple[int, int]) -> None:
+    """Raise InvalidTimestamp unless `timestamp` is within `window` (lowest, highest
+    accepted, ms); a record without one (-1) is not checked, as in Kafka."""
+    if timestamp != -1 and not window[0] <= timestamp <= window[1]:
+        raise InvalidTimestamp(
+            f"Timestamp {timestamp} of message with offset {offset} is out of range. The "
+            f"timestamp should be within [{window[0]}, {window[1]}]")
+
+
 class DecodedTooLarge(CrossbeatError):
     """A batch's records, decompressed, are larger than the limit they were decoded under.
 
@@ -261,7 +276,8 @@ def _decoded(batch: bytes | bytearray | memoryview, header: BatchHeader, limit: 
 
 
 def recompress(batch: bytes | bytearray | memoryview, header: BatchHeader, codec: int, *,
-               max_decoded_bytes: int, require_keys: bool = False) -> bytearray:
+               max_decoded_bytes: int, require_keys: bool = False,
+               timestamps: tuple[int, int] | None = None) -> bytearray:
     """Rebuild the validated RecordBatch v2 `batch` (whose parsed header is `header`) with
     codec id `codec`, keeping what the module docstring lists.
 
@@ -272,7 +288,8 @@ def recompress(batch: bytes | bytearray | memoryview, header: BatchHeader, codec
 
     Raises CorruptBatch when its records cannot be decoded (bad compressed data, records
     that do not match the header's count, malformed record fields), InvalidRecords for a
-    record without a key when `require_keys` (a compacted topic's), and CodecUnavailable
+    record without a key when `require_keys` (a compacted topic's), InvalidTimestamp for a
+    record timestamped outside `timestamps` (see `check_timestamp`), and CodecUnavailable
     when the batch's codec or `codec` needs a library that is not installed.
     """
     if header.compression not in _NAMES:
@@ -290,6 +307,8 @@ def recompress(batch: bytes | bytearray | memoryview, header: BatchHeader, codec
         for delta, record in enumerate(plain_source):
             if require_keys and record.key is None:
                 raise _keyless()
+            if timestamps is not None:
+                check_timestamp(record.timestamp, delta, timestamps)
             builder.append(delta, timestamp=record.timestamp, key=record.key,
                            value=record.value, headers=record.headers)
     except InvalidRecords:
@@ -330,7 +349,8 @@ def _keyless() -> InvalidRecords:
 
 
 def check_records(batch: bytes | bytearray | memoryview, header: BatchHeader, *,
-                  max_decoded_bytes: int, require_keys: bool = False) -> None:
+                  max_decoded_bytes: int, require_keys: bool = False,
+                  timestamps: tuple[int, int] | None = None) -> None:
     """Raise unless every record of the validated RecordBatch v2 `batch` parses: exactly the
     header's count of them, with offset deltas 0..n-1 and nothing after the last. A
     compressed batch is decompressed for it, bounded as `recompress` is (DecodedTooLarge).
@@ -338,8 +358,8 @@ def check_records(batch: bytes | bytearray | memoryview, header: BatchHeader, *,
     What a batch stored as produced gets, as Kafka's broker walks every record of every
     batch it appends: a batch whose CRC holds but whose records are garbage was stored, and
     every consumer stopped at it (librdkafka silently, for good). Raises InvalidRecords
-    (also for a record without a key when `require_keys`: a compacted topic's, as Kafka),
-    CorruptBatch (records that do not decompress), CodecUnavailable. The walk is
+    (also for a record without a key when `require_keys`: a compacted topic's, as Kafka;
+    InvalidTimestamp for a record timestamped outside `timestamps`), CorruptBatch (records that do not decompress), CodecUnavailable. The walk is
     aiokafka's C parser: about 0.1 us a record (0.13-0.33 with zstd or lz4 decompression).
     """
     if header.compression not in _NAMES:
@@ -357,6 +377,8 @@ def check_records(batch: bytes | bytearray | memoryview, header: BatchHeader, *,
                                      f"{record.offset - header.base_offset}")
             if require_keys and record.key is None:
                 raise _keyless()
+            if timestamps is not None:
+                check_timestamp(record.timestamp, count - 1, timestamps)
     except CorruptRecordException as exc:
         raise InvalidRecords(f"invalid record structure: {exc}") from exc
     except UnicodeDecodeError as exc:

@@ -6,7 +6,11 @@ What we accept falls in three groups:
 
 - configs applied here: `cleanup.policy`, `retention.ms`, `retention.bytes`, `segment.bytes`,
   `segment.ms`, `max.message.bytes`, `min.insync.replicas`, `message.timestamp.type`,
-  `compression.type`;
+  `compression.type`, and the bounds on a CreateTime record's timestamp
+  `message.timestamp.before.max.ms` / `after.max.ms` (KIP-937; and 3.x's deprecated
+  `message.timestamp.difference.max.ms`, which stands for either one left unset, as in
+  Kafka 3.6+), with Kafka 3.x's defaults: unbounded (Kafka 4.0 bounds `after` to an hour by
+  default, which would refuse what producers wrote here before);
 - configs that only tune how Kafka's broker does its work, with no effect on what clients
   can write or read here (a single node that fsyncs every batch before answering, runs no
   log cleaner and never down-converts): the compaction knobs, flush, index, preallocation,
@@ -24,9 +28,8 @@ sees a state a compacted log may have. Without `delete` in the policy, `retentio
 `retention.bytes` delete nothing, as in Kafka (`StreamLimits.resolve`).
 
 Refused, since accepting them would silently change what is accepted or kept: the
-`message.timestamp.*.max.ms` bounds (not enforced at produce), the compression levels (the
-codecs here use their own), `local.retention.*` and the other tiered-storage configs, and
-`message.format.version`. A name Kafka does not know is refused with Kafka's message.
+compression levels (the codecs here use their own), `local.retention.*` and the other
+tiered-storage configs, and `message.format.version`. A name Kafka does not know is refused with Kafka's message.
 
 Bounds are Kafka's: `segment.bytes` at least 1 MiB — Kafka 4.0's minimum (KIP-1030; 3.x
 allowed 14 bytes). We take 4.0's because the stream store never rolls a segment below 1 KiB
@@ -99,6 +102,18 @@ CONFIGS: dict[str, ConfigSpec] = {
         STRING, "CreateTime", "log.message.timestamp.type",
         "CreateTime (the producer's) or LogAppendTime (the broker's).",
         choices=("CreateTime", "LogAppendTime")),
+    "message.timestamp.before.max.ms": ConfigSpec(
+        LONG, LONG_MAX, "log.message.timestamp.before.max.ms",
+        "How far behind the broker's clock a CreateTime record's timestamp may be "
+        "(INVALID_TIMESTAMP past it).", minimum=0),
+    "message.timestamp.after.max.ms": ConfigSpec(
+        LONG, LONG_MAX, "log.message.timestamp.after.max.ms",
+        "How far ahead of the broker's clock a CreateTime record's timestamp may be "
+        "(INVALID_TIMESTAMP past it).", minimum=0),
+    "message.timestamp.difference.max.ms": ConfigSpec(
+        LONG, LONG_MAX, "log.message.timestamp.difference.max.ms",
+        "Deprecated (Kafka 3.6): the bound of message.timestamp.before.max.ms and "
+        "after.max.ms where those are not set.", minimum=0),
     "max.message.bytes": ConfigSpec(INT, None, "message.max.bytes",
                                     "The largest record batch the topic accepts, after "
                                     "compression.", minimum=0),
@@ -172,9 +187,6 @@ LIST_CONFIGS = frozenset(k for k, spec in CONFIGS.items() if spec.kind == LIST)
 """Configs of Kafka's LIST type, the only ones APPEND and SUBTRACT apply to."""
 
 _REFUSED = {
-    "message.timestamp.difference.max.ms": "record timestamps are not bounded at produce here",
-    "message.timestamp.before.max.ms": "record timestamps are not bounded at produce here",
-    "message.timestamp.after.max.ms": "record timestamps are not bounded at produce here",
     "compression.gzip.level": "the codecs here use their default levels",
     "compression.lz4.level": "the codecs here use their default levels",
     "compression.zstd.level": "the codecs here use their default levels",
@@ -297,3 +309,28 @@ def deletes(configs: dict[str, str]) -> bool:
     """Does the topic's cleanup.policy name `delete` (Kafka's LogConfig.delete)? Without it
     neither retention nor DeleteRecords removes records."""
     return "delete" in _list_items(configs.get("cleanup.policy", "delete"))
+
+
+def timestamp_bounds(configs: dict[str, str]) -> tuple[int, int] | None:
+    """(before, after): how far behind and ahead of the broker's clock, in ms, a CreateTime
+    topic's record timestamps may be, from its explicit `configs`; None when neither is
+    bounded or the topic is LogAppendTime (its timestamps are the broker's). As Kafka 3.6+'s
+    LogConfig: a bound left at its default takes `message.timestamp.difference.max.ms`."""
+    if configs.get("message.timestamp.type") == "LogAppendTime":
+        return None
+    unbounded = 2**63 - 1
+
+    def bound(key: str) -> int:
+        try:
+            return int(configs.get(key, unbounded))
+        except ValueError:  # a value stored before CreateTopics checked it: Kafka's default
+            return unbounded
+
+    difference = bound("message.timestamp.difference.max.ms")
+    before = bound("message.timestamp.before.max.ms")
+    after = bound("message.timestamp.after.max.ms")
+    before = difference if before == unbounded else before
+    after = difference if after == unbounded else after
+    if before == unbounded and after == unbounded:
+        return None
+    return before, after

@@ -59,7 +59,9 @@ def test_sources_synonyms_types_and_documentation(tmp_path: Path) -> None:
                 "segment.jitter.ms", "file.delete.delay.ms", "flush.messages", "flush.ms",
                 "index.interval.bytes", "preallocate", "unclean.leader.election.enable",
                 "message.downconversion.enable", "leader.replication.throttled.replicas",
-                "follower.replication.throttled.replicas", "remote.storage.enable"}
+                "follower.replication.throttled.replicas", "remote.storage.enable",
+                "message.timestamp.before.max.ms", "message.timestamp.after.max.ms",
+                "message.timestamp.difference.max.ms"}
 
             plain = _describe(sock, 3, TOPIC, "t")  # neither asked for
             assert plain["segment.ms"].synonyms == [] and plain["segment.ms"].documentation is None

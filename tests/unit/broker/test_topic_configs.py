@@ -60,6 +60,10 @@ KAFKA_DEFAULTS = {
     "follower.replication.throttled.replicas": ("", LIST, None),
     "remote.storage.enable": ("false", BOOLEAN, None),
     "cleanup.policy": ("delete", LIST, "log.cleanup.policy"),
+    # Kafka 3.x's defaults (4.0 bounds `after` to an hour; see topic_configs)
+    "message.timestamp.before.max.ms": (LONG_MAX, LONG, "log.message.timestamp.before.max.ms"),
+    "message.timestamp.after.max.ms": (LONG_MAX, LONG, "log.message.timestamp.after.max.ms"),
+    "message.timestamp.difference.max.ms": (LONG_MAX, LONG, "log.message.timestamp.difference.max.ms"),
 }
 
 
@@ -142,10 +146,12 @@ def test_values_are_stored_as_kafka_describes_them(loop_broker: LoopBroker) -> N
     ("remote.storage.enable", "true", "Tiered Storage functionality is disabled in the broker. "
                                       "Topic cannot be configured with remote log storage."),
     ("no.such.config", "1", "Unknown topic config name: no.such.config"),
-    # Kafka's, but refused: timestamps are not bounded at produce here
-    ("message.timestamp.before.max.ms", "1000", "Topic config message.timestamp.before.max.ms "
-                                                "is not supported by this broker: record "
-                                                "timestamps are not bounded at produce here"),
+    # Kafka's, but refused: the codecs here use their default levels
+    ("compression.zstd.level", "3", "Topic config compression.zstd.level is not supported by "
+                                    "this broker: the codecs here use their default levels"),
+    ("message.timestamp.after.max.ms", "-1", "Invalid value -1 for configuration "
+                                             "message.timestamp.after.max.ms: Value must be at "
+                                             "least 0"),
 ])
 def test_invalid_values_are_refused_with_kafkas_messages(
         loop_broker: LoopBroker, key: str, value: str, message: str) -> None:

@@ -37,6 +37,11 @@ other clients are served meanwhile; the batches of its partition
 that come behind it wait for its append (`crossbeat.broker.produce_order`), so each
 partition's batches are appended in arrival order, as everywhere else on this path.
 
+A CreateTime topic with `message.timestamp.before.max.ms` / `after.max.ms` (or the
+deprecated `difference.max.ms`) refuses a batch holding a record timestamped further from
+the broker's clock than that: INVALID_TIMESTAMP (not retriable) with Kafka's message, found
+on the same walk of the records, and nothing of the batch is written.
+
 Transactions (KIP-98): a transactional batch is accepted only from the producer (id and
 epoch) of an open transaction of the request's transactional id that holds the partition
 (AddPartitionsToTxn): an older epoch is INVALID_PRODUCER_EPOCH, anything else
@@ -64,11 +69,12 @@ from crossbeat.broker.recompress import (
     CodecUnavailable,
     DecodedTooLarge,
     InvalidRecords,
+    InvalidTimestamp,
     check_records,
     recompress,
     target_codec,
 )
-from crossbeat.broker.topic_configs import compacted
+from crossbeat.broker.topic_configs import compacted, timestamp_bounds
 from crossbeat.stream.batch import (
     CRC_START,
     BatchHeader,
@@ -193,6 +199,7 @@ async def produce_one(ctx: Context, topic_name: str, index: int, records: Any,
     if header.compression > _MAX_COMPRESSION:
         return _fail(ErrorCode.CORRUPT_MESSAGE, f"unknown compression codec {header.compression}")
     keyed = compacted(topic.configs)  # a compacted topic refuses records without a key
+    window = _timestamp_window(topic.configs)
     codec = target_codec(topic.configs)
     if codec == header.compression:
         codec = None  # stored as produced
@@ -213,12 +220,12 @@ async def produce_one(ctx: Context, topic_name: str, index: int, records: Any,
             # before the sequence check, so a batch refused here leaves no pending state; a
             # large one in a worker thread, while the batches ahead of it are appended
             rebuilt = await _rebuild(ctx, topic_name, index, records, header, codec, limit, offload,
-                                     keyed)
+                                     keyed, window)
             if not isinstance(rebuilt, bytearray):
                 return rebuilt
             buf = rebuilt
         else:
-            refused = await _check(ctx, topic_name, index, records, header, offload, keyed)
+            refused = await _check(ctx, topic_name, index, records, header, offload, keyed, window)
             if refused is not None:
                 return refused
         if turn is not None:
@@ -284,8 +291,18 @@ async def produce_one(ctx: Context, topic_name: str, index: int, records: Any,
             turn.release()
 
 
+def _timestamp_window(configs: dict[str, str]) -> tuple[int, int] | None:
+    """The lowest and highest record timestamp (ms) the topic accepts now, or None: any."""
+    bounds = timestamp_bounds(configs)
+    if bounds is None:
+        return None
+    now_ms = int(time.time() * 1000)
+    return now_ms - bounds[0], now_ms + bounds[1]
+
+
 async def _rebuild(ctx: Context, topic_name: str, index: int, records: Any, header: Any,
-                   codec: int, limit: int, offload: bool, keyed: bool) -> bytearray | Outcome:
+                   codec: int, limit: int, offload: bool, keyed: bool,
+                   window: tuple[int, int] | None) -> bytearray | Outcome:
     """The batch rebuilt in the topic's codec, or the answer refusing it."""
     decoded_limit = ctx.broker.settings.max_decompressed_batch_bytes
     if codec == 0:  # stored uncompressed, the decoded batch is the one to check
@@ -293,10 +310,11 @@ async def _rebuild(ctx: Context, topic_name: str, index: int, records: Any, head
     try:
         if offload:  # not on the event loop: other clients are served meanwhile
             buf = await asyncio.to_thread(recompress, records, header, codec,
-                                          max_decoded_bytes=decoded_limit, require_keys=keyed)
+                                          max_decoded_bytes=decoded_limit, require_keys=keyed,
+                                          timestamps=window)
         else:
             buf = recompress(records, header, codec, max_decoded_bytes=decoded_limit,
-                             require_keys=keyed)
+                             require_keys=keyed, timestamps=window)
     except (DecodedTooLarge, CorruptBatch, CodecUnavailable) as exc:
         return _undecodable(ctx, topic_name, index, exc)
     if len(buf) > limit:  # Kafka checks the rebuilt batch again
@@ -306,16 +324,17 @@ async def _rebuild(ctx: Context, topic_name: str, index: int, records: Any, head
 
 
 async def _check(ctx: Context, topic_name: str, index: int, records: Any, header: Any,
-                 offload: bool, keyed: bool) -> Outcome | None:
+                 offload: bool, keyed: bool, window: tuple[int, int] | None) -> Outcome | None:
     """None if every record of a batch stored as produced parses, else the answer refusing
     it, as `_rebuild` refuses a batch it cannot decode."""
     decoded_limit = ctx.broker.settings.max_decompressed_batch_bytes
     try:
         if offload:  # not on the event loop: other clients are served meanwhile
             await asyncio.to_thread(check_records, records, header, max_decoded_bytes=decoded_limit,
-                                    require_keys=keyed)
+                                    require_keys=keyed, timestamps=window)
         else:
-            check_records(records, header, max_decoded_bytes=decoded_limit, require_keys=keyed)
+            check_records(records, header, max_decoded_bytes=decoded_limit, require_keys=keyed,
+                          timestamps=window)
     except (DecodedTooLarge, CorruptBatch, CodecUnavailable) as exc:
         return _undecodable(ctx, topic_name, index, exc)
     return None
@@ -333,6 +352,9 @@ def _undecodable(ctx: Context, topic_name: str, index: int, exc: Exception) -> O
         # and answers INVALID_RECORD for it)
         log.warning("%s: batch refused: %s", where, exc)
         return _fail(ErrorCode.MESSAGE_TOO_LARGE, str(exc))
+    if isinstance(exc, InvalidTimestamp):  # the topic's message.timestamp.*.max.ms
+        log.info("%s: batch refused: %s", where, exc)
+        return _fail(ErrorCode.INVALID_TIMESTAMP, str(exc))
     if isinstance(exc, InvalidRecords):  # Kafka's answer to records it cannot read
         log.warning("%s: invalid records rejected: %s", where, exc)
         return _fail(ErrorCode.INVALID_RECORD, str(exc))
