@@ -171,7 +171,7 @@ APIS: dict[int, ApiSpec] = {
         _spec(15, DescribeGroupsRequest, DescribeGroupsResponse, 0, 4),
         _spec(16, ListGroupsRequest, ListGroupsResponse, 0, 5),
         _spec(18, ApiVersionsRequest, ApiVersionsResponse, 0, 4),
-        _spec(19, CreateTopicsRequest, CreateTopicsResponse, 2, 4),
+        _spec(19, CreateTopicsRequest, CreateTopicsResponse, 2, 7),
         _spec(20, DeleteTopicsRequest, DeleteTopicsResponse, 1, 3),
         _spec(21, DeleteRecordsRequest, DeleteRecordsResponse, 0, 2),
         _spec(22, InitProducerIdRequest, InitProducerIdResponse, 0, 4),

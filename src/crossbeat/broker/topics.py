@@ -82,7 +82,12 @@ class Topic:
         """The topic's id (Metadata v10+, KIP-848 assignments): derived from the name, so
         it is stable across restarts without being stored. Unlike Kafka's, a topic deleted
         and created again gets the same id."""
-        return uuid.uuid5(_TOPIC_ID_NAMESPACE, self.name)
+        return topic_id(self.name)
+
+
+def topic_id(name: str) -> uuid.UUID:
+    """The id of topic `name` (see `Topic.topic_id`), also of one not created yet."""
+    return uuid.uuid5(_TOPIC_ID_NAMESPACE, name)
 
 
 def stream_name(topic: str, partition: int) -> str:

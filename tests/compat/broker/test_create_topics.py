@@ -177,3 +177,36 @@ def test_kafka_compression_types_are_accepted(admin: Any, value: str) -> None:
 
     topic = NewTopic(f"packed-{value}", 1, 1, topic_configs={"compression.type": value})
     assert create(admin, topic) == [(f"packed-{value}", 0, None)]
+
+
+def test_results_carry_what_the_topic_was_created_with(admin: Any) -> None:
+    """CreateTopics v5+ (kafka-python negotiates v7): a created topic's result has its
+    partition count, replication factor, every config with its value and source (1: set on
+    the topic, 5: Kafka's default; stored spelling), and (v7) the id Metadata reports; validate_only answers
+    the same without creating; a refused topic has -1 and no configs. Served up to v4
+    before, which has none of it (Java's CreateTopicsResult.config() then fails)."""
+    response = admin.create_topics(
+        {"described": {"num_partitions": 3, "configs": {"retention.ms": "60000"}}}, raise_errors=False)
+    (result,) = response["topics"]
+    assert (result["error_code"], result["num_partitions"], result["replication_factor"]) == (0, 3, 1)
+    # kafka-python gives configs by name, sources by Kafka's names
+    configs = {k: (c["value"], c["config_source"], c["read_only"]) for k, c in result["configs"].items()}
+    assert configs["retention.ms"] == ("60000", "DYNAMIC_TOPIC_CONFIG", False)
+    assert configs["cleanup.policy"] == ("delete", "DEFAULT_CONFIG", False)
+    assert configs["message.timestamp.type"] == ("CreateTime", "DEFAULT_CONFIG", False)
+    metadata = admin.describe_topics(["described"])
+    assert str(result["topic_id"]) == str(metadata[0]["topic_id"])
+
+    checked = admin.create_topics({"checked": {"num_partitions": 2, "configs": {"cleanup.policy": "compact, delete"}}},
+                                  validate_only=True, raise_errors=False)
+    (result,) = checked["topics"]
+    assert (result["error_code"], result["num_partitions"]) == (0, 2)
+    policy = result["configs"]["cleanup.policy"]
+    assert (policy["value"], policy["config_source"]) == ("compact,delete", "DYNAMIC_TOPIC_CONFIG")
+    assert "checked" not in admin.list_topics()
+
+    refused = admin.create_topics({"described": {"num_partitions": 1}}, raise_errors=False)
+    (result,) = refused["topics"]
+    assert result["error_code"] == 36  # TOPIC_ALREADY_EXISTS
+    assert (result["num_partitions"], result["replication_factor"]) == (-1, -1)
+    assert not result.get("configs")

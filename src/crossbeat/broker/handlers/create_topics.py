@@ -5,10 +5,16 @@ A name given more than once in one request is not created: it gets one result,
 INVALID_REQUEST, as in Kafka (whose response has one entry per name). A manual replica
 assignment is checked as Kafka's controller does (see `assigned_partitions`); it gives the
 partition count and replication factor, so a request that also sets either (other than -1)
-is INVALID_REQUEST with the controller's message, and nothing is created."""
+is INVALID_REQUEST with the controller's message, and nothing is created.
+
+v5+ (flexible) results carry what the topic was (or, with `validate_only`, would be)
+created with: its partition count, replication factor 1 and every config with its value
+and source, as DescribeConfigs reports them; v7 adds the topic id. A topic that was not
+created has -1 for both counts and no configs, as in Kafka."""
 
 from __future__ import annotations
 
+import uuid
 from collections import Counter
 from typing import Any
 
@@ -16,9 +22,12 @@ from kafka.protocol.admin import CreateTopicsResponse
 
 from crossbeat.broker.errors import ErrorCode
 from crossbeat.broker.handlers.context import Context
-from crossbeat.broker.topics import TopicError
+from crossbeat.broker.handlers.describe_configs import topic_configs
+from crossbeat.broker.topics import TopicError, check_configs, topic_id
 
 _Result = CreateTopicsResponse.CreatableTopicResult
+_TopicConfig = _Result.CreatableTopicConfigs
+_NO_ID = uuid.UUID(int=0)
 
 
 def _bad_assignment(message: str) -> TopicError:
@@ -79,9 +88,9 @@ async def handle(ctx: Context, req: Any) -> Any:
         answered.add(t.name)
         if counts[t.name] > 1:
             results.append(_Result(name=t.name, error_code=int(ErrorCode.INVALID_REQUEST),
-                                   error_message="Duplicate topic name."))
+                                   error_message="Duplicate topic name.", topic_id=_NO_ID,
+                                   num_partitions=-1, replication_factor=-1, configs=[]))
             continue
-        code, message = ErrorCode.NONE, None
         try:
             if t.assignments:
                 _check_assignment_alone(t)
@@ -93,8 +102,19 @@ async def handle(ctx: Context, req: Any) -> Any:
             else:
                 count = t.num_partitions if t.num_partitions != -1 else ctx.broker.settings.num_partitions
             configs = {c.name: c.value for c in t.configs or [] if c.value is not None}
-            topics.create(t.name, count, configs, validate_only=bool(req.validate_only))
+            created = topics.create(t.name, count, configs, validate_only=bool(req.validate_only))
         except TopicError as exc:
-            code, message = exc.code, exc.message
-        results.append(_Result(name=t.name, error_code=int(code), error_message=message))
+            results.append(_Result(name=t.name, error_code=int(exc.code), error_message=exc.message,
+                                   topic_id=_NO_ID, num_partitions=-1, replication_factor=-1,
+                                   configs=[]))
+            continue
+        # what the topic got: its configs as stored (checked, Kafka's spelling)
+        kept = created.configs if created is not None else check_configs(configs)
+        results.append(_Result(
+            name=t.name, error_code=0, error_message=None,
+            topic_id=topic_id(t.name), num_partitions=count,
+            replication_factor=1,
+            configs=[_TopicConfig(name=c.name, value=c.value, read_only=False,
+                                  config_source=c.source, is_sensitive=False)
+                     for c in topic_configs(ctx.broker.settings, kept)]))
     return CreateTopicsResponse(throttle_time_ms=0, topics=results)

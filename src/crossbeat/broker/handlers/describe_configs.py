@@ -17,6 +17,7 @@ as Kafka does.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from kafka.protocol.admin import DescribeConfigsResponse
@@ -24,7 +25,16 @@ from kafka.protocol.admin import DescribeConfigsResponse
 from crossbeat.broker.errors import ErrorCode
 from crossbeat.broker.handlers.context import Context
 from crossbeat.broker.settings import BrokerSettings
-from crossbeat.broker.topic_configs import BOOLEAN, CONFIGS, DOUBLE, INT, LIST, LONG, STRING
+from crossbeat.broker.topic_configs import (
+    BOOLEAN,
+    CONFIGS,
+    DOUBLE,
+    INT,
+    LIST,
+    LONG,
+    STRING,
+    ConfigSpec,
+)
 from crossbeat.broker.topics import default_configs
 
 _Result = DescribeConfigsResponse.DescribeConfigsResult
@@ -65,10 +75,39 @@ def _broker_source(settings: BrokerSettings, key: str) -> int:
     return SOURCE_STATIC_BROKER if field in model.model_fields_set else SOURCE_DEFAULT
 
 
+@dataclass(frozen=True)
+class TopicConfig:
+    """One config of a topic as described: its value, where it comes from (a SOURCE_*),
+    and, most specific first, where it could come from (name, value, source)."""
+
+    name: str
+    value: str | None
+    source: int
+    chain: list[tuple[str, str | None, int]]
+    spec: ConfigSpec | None
+
+
+def topic_configs(settings: BrokerSettings, explicit: dict[str, str]) -> list[TopicConfig]:
+    """Every config of a topic whose explicit configs are `explicit`, by name (what
+    DescribeConfigs and CreateTopics v5+ report)."""
+    defaults = default_configs(settings.stream, settings.max_message_bytes)
+    out = []
+    for key in sorted(set(defaults) | set(explicit)):
+        spec = CONFIGS.get(key)
+        # the broker config the value falls back to, where Kafka has one
+        chain = [] if spec is None or spec.synonym is None else [
+            (spec.synonym, defaults.get(key), _broker_source(settings, key))]
+        if key in explicit:
+            chain.insert(0, (key, explicit[key], SOURCE_TOPIC))
+        # neither: Kafka's own default, with no synonym to name
+        value, source = (chain[0][1], chain[0][2]) if chain else (defaults.get(key), SOURCE_DEFAULT)
+        out.append(TopicConfig(key, value, source, chain, spec))
+    return out
+
+
 async def handle(ctx: Context, req: Any) -> Any:
     broker = ctx.broker
     settings = broker.settings
-    defaults = default_configs(settings.stream, settings.max_message_bytes)
     synonyms_asked = ctx.version >= 1 and bool(req.include_synonyms)
     docs_asked = ctx.version >= 3 and bool(req.include_documentation)
     results = []
@@ -81,25 +120,16 @@ async def handle(ctx: Context, req: Any) -> Any:
             if topic is None:
                 code, message = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "unknown topic"
             else:
-                for key in sorted(set(defaults) | set(topic.configs)):
-                    if keys is not None and key not in keys:
+                for c in topic_configs(settings, topic.configs):
+                    if keys is not None and c.name not in keys:
                         continue
-                    spec = CONFIGS.get(key)
-                    # the broker config the value falls back to, where Kafka has one
-                    chain = [] if spec is None or spec.synonym is None else [
-                        (spec.synonym, defaults.get(key), _broker_source(settings, key))]
-                    if key in topic.configs:
-                        chain.insert(0, (key, topic.configs[key], SOURCE_TOPIC))
-                    # neither: Kafka's own default, with no synonym to name
-                    value, source = ((chain[0][1], chain[0][2]) if chain
-                                     else (defaults.get(key), SOURCE_DEFAULT))
                     configs.append(_Config(
-                        name=key, value=value, read_only=False, config_source=source,
-                        is_default=source == SOURCE_DEFAULT, is_sensitive=False,
-                        synonyms=[_Synonym(name=n, value=v, source=src) for n, v, src in chain]
+                        name=c.name, value=c.value, read_only=False, config_source=c.source,
+                        is_default=c.source == SOURCE_DEFAULT, is_sensitive=False,
+                        synonyms=[_Synonym(name=n, value=v, source=src) for n, v, src in c.chain]
                         if synonyms_asked else [],
-                        config_type=_TOPIC_TYPES[spec.kind] if spec else _STRING,
-                        documentation=(spec.doc if spec else "") if docs_asked else None))
+                        config_type=_TOPIC_TYPES[c.spec.kind] if c.spec else _STRING,
+                        documentation=(c.spec.doc if c.spec else "") if docs_asked else None))
         elif res.resource_type == BROKER:
             values = {
                 "broker.id": str(broker.node_id),
