@@ -71,3 +71,37 @@ def _check_tls(cert: Path | None, key: Path | None) -> None:
         ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(str(cert), str(key))
     except (OSError, ssl.SSLError) as exc:
         raise click.ClickException(f"cannot use TLS certificate {cert} with key {key}: {exc}") from exc
+    warning = certificate_warning(cert)
+    if warning:
+        click.echo(f"warning: {warning}", err=True)
+
+
+# a certificate this close to its end is named at start, while there is time to renew it
+EXPIRY_WARNING_DAYS = 14
+
+
+def certificate_warning(cert: Path, now: float | None = None) -> str | None:
+    """Why the (loadable) certificate in `cert` will be refused by clients, or soon will:
+    expired, not valid yet, or expiring within EXPIRY_WARNING_DAYS. It is served anyway
+    (as nginx does): the operator may be about to replace it, and a self-signed test
+    certificate is not ours to judge. None when it is fine or cannot be read here."""
+    import ssl
+    import time
+
+    try:
+        # CPython's own certificate decoder (what its test suite uses): no extra dependency
+        decoded = ssl._ssl._test_decode_cert(str(cert))  # type: ignore[attr-defined]
+        not_before = ssl.cert_time_to_seconds(decoded["notBefore"])
+        not_after = ssl.cert_time_to_seconds(decoded["notAfter"])
+    except (AttributeError, KeyError, OSError, ValueError, ssl.SSLError):
+        return None
+    now = time.time() if now is None else now
+    if now >= not_after:
+        return (f"TLS certificate {cert} expired on {decoded['notAfter']}: clients that check "
+                "certificates will refuse every connection")
+    if now < not_before:
+        return (f"TLS certificate {cert} is not valid before {decoded['notBefore']}: clients that "
+                "check certificates will refuse every connection until then")
+    if not_after - now < EXPIRY_WARNING_DAYS * 86400:
+        return f"TLS certificate {cert} expires on {decoded['notAfter']}"
+    return None
