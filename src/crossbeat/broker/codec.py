@@ -125,7 +125,8 @@ class ApiSpec:
     ConsumerGroupDescribe, Metadata v9-v13 (topic ids, lookup by id), OffsetCommit v8-v9
     and OffsetFetch v6-v9 (member epochs); and OffsetForLeaderEpoch v4, which clients use
     once Metadata v9+ makes them trust leader epochs. The admin APIs added later are
-    answered at every version kafka-python knows (AlterConfigs v0-v2,
+    answered at every version kafka-python knows (CreateTopics v2-v7 — v5+ results carry
+    the topic's configs, v7 its id —, AlterConfigs v0-v2,
     IncrementalAlterConfigs v0-v1, CreatePartitions v0-v3, DeleteRecords v0-v2,
     OffsetDelete v0, DescribeCluster v0-v2), flexible ones included; so are the
     transaction APIs clients send (InitProducerId v0-v4 — v3+ lets a producer recover

@@ -98,18 +98,35 @@ class InvalidRecords(CorruptBatch):
 
 
 class InvalidTimestamp(InvalidRecords):
-    """A CreateTime record whose timestamp is outside the topic's bounds
-    (`message.timestamp.before.max.ms` / `after.max.ms`): INVALID_TIMESTAMP, with
-    Kafka's message (`LogValidator.validateTimestamp`)."""
+    """A batch holding CreateTime records whose timestamps are outside the topic's bounds
+    (`message.timestamp.before.max.ms` / `after.max.ms`): INVALID_TIMESTAMP. As Kafka's
+    `LogValidator` (`validateTimestamp`, `processRecordErrors`): every such record is
+    named in `records` (its index in the batch, Kafka's message for it), under one
+    message for the batch."""
+
+    def __init__(self, records: list[tuple[int, str]]) -> None:
+        super().__init__("One or more records have been rejected due to invalid timestamp")
+        self.records = records
 
 
-def check_timestamp(timestamp: int, offset: int, window: tuple[int, int]) -> None:
-    """Raise InvalidTimestamp unless `timestamp` is within `window` (lowest, highest
-    accepted, ms); a record without one (-1) is not checked, as in Kafka."""
-    if timestamp != -1 and not window[0] <= timestamp <= window[1]:
-        raise InvalidTimestamp(
-            f"Timestamp {timestamp} of message with offset {offset} is out of range. The "
-            f"timestamp should be within [{window[0]}, {window[1]}]")
+class _Timestamps:
+    """The records of one batch whose timestamps are outside `window` (lowest, highest
+    accepted, ms), gathered on the walk of its records: Kafka names them all. A record
+    without a timestamp (-1) is not checked, as in Kafka."""
+
+    def __init__(self, window: tuple[int, int] | None) -> None:
+        self.window = window
+        self.bad: list[tuple[int, str]] = []
+
+    def check(self, timestamp: int, index: int) -> None:
+        low, high = self.window or (timestamp, timestamp)
+        if timestamp != -1 and not low <= timestamp <= high:
+            self.bad.append((index, f"Timestamp {timestamp} of message with offset {index} is "
+                                    f"out of range. The timestamp should be within [{low}, {high}]"))
+
+    def raise_any(self) -> None:
+        if self.bad:
+            raise InvalidTimestamp(self.bad)
 
 
 class DecodedTooLarge(CrossbeatError):
@@ -301,14 +318,20 @@ def recompress(batch: bytes | bytearray | memoryview, header: BatchHeader, codec
         magic=2, compression_type=0, is_transactional=header.is_transactional,
         producer_id=header.producer_id, producer_epoch=header.producer_epoch,
         base_sequence=header.base_sequence, batch_size=2**31 - 1)
+    times = _Timestamps(timestamps)
+    keyless: InvalidRecords | None = None
     try:
         # any failure of the record parser means records that are not records (kafka's
         # CorruptRecordError, UnicodeDecodeError for a header key...)
         for delta, record in enumerate(plain_source):
             if require_keys and record.key is None:
-                raise _keyless()
-            if timestamps is not None:
-                check_timestamp(record.timestamp, delta, timestamps)
+                # Kafka goes on to the other records' timestamps: any bad one makes the
+                # batch's answer INVALID_TIMESTAMP
+                keyless = _keyless()
+                if timestamps is None:
+                    raise keyless
+            elif timestamps is not None:
+                times.check(record.timestamp, delta)
             builder.append(delta, timestamp=record.timestamp, key=record.key,
                            value=record.value, headers=record.headers)
     except InvalidRecords:
@@ -316,6 +339,9 @@ def recompress(batch: bytes | bytearray | memoryview, header: BatchHeader, codec
     except Exception as exc:
         raise InvalidRecords(f"cannot decode the {_NAMES[header.compression]} records of the "
                              f"batch: {exc}") from exc
+    times.raise_any()
+    if keyless is not None:
+        raise keyless
     plain = builder.build()  # uncompressed: kafka-python only compresses what shrinks
     built = HEADER.unpack_from(plain)
     records = bytes(memoryview(plain)[HEADER_SIZE:])
@@ -369,6 +395,8 @@ def check_records(batch: bytes | bytearray | memoryview, header: BatchHeader, *,
         _require(header.compression, "read")
         plain = _decoded(batch, header, max_decoded_bytes)
     count = 0
+    times = _Timestamps(timestamps)
+    keyless: InvalidRecords | None = None
     try:
         # the parser reads any buffer (its stub says bytes): no copy of the batch
         for count, record in enumerate(CRecordBatch(cast(bytes, plain)), start=1):
@@ -376,9 +404,11 @@ def check_records(batch: bytes | bytearray | memoryview, header: BatchHeader, *,
                 raise InvalidRecords(f"record {count - 1} of the batch has offset delta "
                                      f"{record.offset - header.base_offset}")
             if require_keys and record.key is None:
-                raise _keyless()
-            if timestamps is not None:
-                check_timestamp(record.timestamp, count - 1, timestamps)
+                keyless = _keyless()  # as in `recompress`
+                if timestamps is None:
+                    raise keyless
+            elif timestamps is not None:
+                times.check(record.timestamp, count - 1)
     except CorruptRecordException as exc:
         raise InvalidRecords(f"invalid record structure: {exc}") from exc
     except UnicodeDecodeError as exc:
@@ -386,4 +416,7 @@ def check_records(batch: bytes | bytearray | memoryview, header: BatchHeader, *,
     if count != header.record_count:
         raise InvalidRecords(f"the batch holds {count} records, its header says "
                              f"{header.record_count}")
+    times.raise_any()
+    if keyless is not None:
+        raise keyless
 

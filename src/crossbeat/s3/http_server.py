@@ -317,7 +317,9 @@ class _Connection(asyncio.Protocol):
                         return
                     data = data[int(upgrade.args[0]):]
         except httptools.HttpParserError as exc:
-            if str(exc) == "Invalid HTTP version":  # llhttp's: HTTP/1.2, HTTP/3.0
+            # llhttp's words for HTTP/1.2 or HTTP/3.0, and for HTTP/2's connection preface
+            # (`PRI * HTTP/2.0`: curl --http2-prior-knowledge, gRPC-style h2c clients)
+            if str(exc) in ("Invalid HTTP version", "Pause on PRI/Upgrade"):
                 self.refusal = _VERSION_NOT_SUPPORTED
             if self.head_too_large:
                 self._too_large()

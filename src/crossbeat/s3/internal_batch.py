@@ -35,7 +35,14 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from crossbeat.metadata.errors import MetadataError, NoSuchBucket, NoSuchVersion, RevisionMismatch
+from crossbeat.metadata.errors import (
+    MetadataError,
+    NoSuchBucket,
+    NoSuchVersion,
+    RevisionMismatch,
+    StoreClosed,
+    StoreUnavailable,
+)
 from crossbeat.repositories import Location, ObjectWriter
 from crossbeat.repositories.errors import RepositoryUnavailable
 from crossbeat.s3.auth import AuthContext
@@ -184,8 +191,11 @@ async def batch_replica(gw: Gateway, req: Request, ctx: AuthContext) -> Response
         ready.append((i, meta))
     try:
         stored = await gw.run(store_replicas, gw.store, [meta for _, meta in ready])
-        for outcome in stored:  # an error not an item's own failed the whole commit (I/O)
-            if isinstance(outcome, BaseException) and not isinstance(outcome, (S3Error, MetadataError)):
+        for outcome in stored:  # an error not an item's own failed the whole commit (I/O,
+            # the store unavailable or closing): the request fails, retryably, as a PUT's
+            if isinstance(outcome, BaseException) and (
+                    not isinstance(outcome, (S3Error, MetadataError))
+                    or isinstance(outcome, (StoreUnavailable, StoreClosed))):
                 raise outcome
     except BaseException:
         # no version was made (SQLITE_FULL, say): the data just written is nobody's

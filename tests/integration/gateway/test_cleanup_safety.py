@@ -3,13 +3,15 @@ makes an empty one), its start-up cleanup pass removed every object as an orphan
 
 from __future__ import annotations
 
+import base64
 import os
 import shutil
 from pathlib import Path
 
+import orjson
 import pytest
 
-from tests.support.gateway import running_gateway, s3_client
+from tests.support.gateway import running_gateway, s3_client, signed
 from tests.support.procs import wait_until
 
 pytestmark = pytest.mark.integration
@@ -61,13 +63,23 @@ def test_a_database_deleted_under_a_running_gateway_refuses_writes(tmp_path: Pat
     with running_gateway(data_dir, config="[gateway]\nworkers = 1\n") as svc:
         s3 = s3_client(svc.url)
         s3.create_bucket(Bucket="live")
+        s3.put_bucket_versioning(Bucket="live", VersioningConfiguration={"Status": "Enabled"})
         s3.put_object(Bucket="live", Key="before", Body=b"x")
+        meta = signed("GET", f"{svc.url}/_/crossbeat/metadata/live/before").json()
+        replica = orjson.dumps({"replicas": [{
+            "metadata": dict(meta, key="replica", versionId="v-replica"), "data": base64.b64encode(b"x").decode()}]})
+        stored = manifests(data_dir)
         for name in ("metadata.sqlite", "metadata.sqlite-wal", "metadata.sqlite-shm"):
             (data_dir / name).unlink(missing_ok=True)
         with pytest.raises(s3.exceptions.ClientError) as refused:
             s3.put_object(Bucket="live", Key="after", Body=b"y")
         assert refused.value.response["Error"]["Code"] == "ServiceUnavailable"
         assert refused.value.response["ResponseMetadata"]["HTTPStatusCode"] == 503
+        # a replica batch fails whole and retryably (503), not each replica for good
+        # (InvalidArgument, which the pipeline takes for a FAILED replication), its data freed
+        answer = signed("POST", f"{svc.url}/_/crossbeat/batchReplica", replica)
+        assert answer.status_code == 503, answer.text
+        assert manifests(data_dir) == stored
         wait_until(lambda: any("was deleted or replaced while in use" in line for line in svc.output),
                    timeout=10, what="the refusal logged")
         assert not any("Traceback" in line for line in svc.output)

@@ -165,6 +165,9 @@ def test_other_http_versions_are_505_and_change_nothing(gateway: Service) -> Non
         with connect(gateway) as sock:
             sock.sendall(signed_head.replace(b" HTTP/1.1\r\n", b" " + version + b"\r\n", 1) + b"hi")
             assert responses(sock, 1) == [(505, b"")], version
+    with connect(gateway) as sock:  # HTTP/2 with prior knowledge: its connection preface
+        sock.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+        assert responses(sock, 1) == [(505, b"")]
     listed = s3_client(gateway.url).list_objects_v2(Bucket=BUCKET, Prefix="versioned-")
     assert listed["KeyCount"] == 0
 

@@ -88,6 +88,7 @@ log = logging.getLogger(__name__)
 
 _Topic = ProduceResponse.TopicProduceResponse
 _Partition = _Topic.PartitionProduceResponse
+_RecordError = _Partition.BatchIndexAndErrorMessage
 
 _LOG_APPEND_TIME = 0x08
 # a batch at least this large is rebuilt for compression.type in a worker thread (a 1 MB
@@ -109,12 +110,13 @@ OFFLOAD_CHECK_BYTES = 1024 * 1024
 OFFLOAD_CHECK_RECORDS = 10_000
 _MAX_COMPRESSION = 4  # zstd
 
-# (error code, base offset, log append time, log start offset, error message)
-Outcome = tuple[int, int, int, int, str | None]
+# (error code, base offset, log append time, log start offset, error message, record errors:
+# (index in the batch, message) of each record that failed its batch)
+Outcome = tuple[int, int, int, int, str | None, list[tuple[int, str]]]
 
 
-def _fail(code: int, message: str | None = None) -> Outcome:
-    return (code, -1, -1, -1, message)
+def _fail(code: int, message: str | None = None, records: list[tuple[int, str]] | None = None) -> Outcome:
+    return (code, -1, -1, -1, message, records or [])
 
 
 _MAGIC_AT = 16  # baseOffset i64, batchLength i32, partitionLeaderEpoch i32: the same in v0-v2
@@ -258,7 +260,7 @@ async def produce_one(ctx: Context, topic_name: str, index: int, records: Any,
                 return _fail(ErrorCode.CORRUPT_MESSAGE)
             except StreamError:
                 return _fail(ErrorCode.KAFKA_STORAGE_ERROR)
-            return (ErrorCode.NONE, offset, -1, stream.start_offset, None)
+            return (ErrorCode.NONE, offset, -1, stream.start_offset, None, [])
 
         if buf is None:
             buf = bytearray(records)
@@ -285,7 +287,7 @@ async def produce_one(ctx: Context, topic_name: str, index: int, records: Any,
         broker.producers.appended(verdict, base)
         if began and txn_index is not None:
             txn_index.started(header.producer_id, lower_bound, base)
-        return (ErrorCode.NONE, base, append_time, stream.start_offset, None)
+        return (ErrorCode.NONE, base, append_time, stream.start_offset, None, [])
     finally:
         if turn is not None:
             turn.release()
@@ -353,8 +355,8 @@ def _undecodable(ctx: Context, topic_name: str, index: int, exc: Exception) -> O
         log.warning("%s: batch refused: %s", where, exc)
         return _fail(ErrorCode.MESSAGE_TOO_LARGE, str(exc))
     if isinstance(exc, InvalidTimestamp):  # the topic's message.timestamp.*.max.ms
-        log.info("%s: batch refused: %s", where, exc)
-        return _fail(ErrorCode.INVALID_TIMESTAMP, str(exc))
+        log.info("%s: batch refused: %s", where, exc.records[0][1])
+        return _fail(ErrorCode.INVALID_TIMESTAMP, str(exc), exc.records)
     if isinstance(exc, InvalidRecords):  # Kafka's answer to records it cannot read
         log.warning("%s: invalid records rejected: %s", where, exc)
         return _fail(ErrorCode.INVALID_RECORD, str(exc))
@@ -385,10 +387,12 @@ async def handle(ctx: Context, req: Any) -> Any:
     if acks == 0:
         return None
     by_topic: dict[str, list[Any]] = {}
-    for (name, index), (code, base, append_time, log_start, message) in zip(jobs, outcomes, strict=True):
+    for (name, index), (code, base, append_time, log_start, message, records) in zip(
+            jobs, outcomes, strict=True):
         by_topic.setdefault(name, []).append(_Partition(
             index=index, error_code=int(code), base_offset=base, log_append_time_ms=append_time,
-            log_start_offset=log_start, record_errors=[], error_message=message))
+            log_start_offset=log_start, error_message=message,
+            record_errors=[_RecordError(batch_index=i, batch_index_error_message=m) for i, m in records]))
     return ProduceResponse(
         responses=[_Topic(name=name, partition_responses=parts) for name, parts in by_topic.items()],
         throttle_time_ms=0,
