@@ -18,8 +18,11 @@ INTERNAL_PREFIX = "crossbeat/"
 # Query parameters that name an S3 sub-resource (an API other than the plain bucket or object
 # request). One the route below does not serve is refused with 501 NotImplemented: served as
 # the plain request instead, `PUT ?legal-hold` would overwrite the object with the XML
-# document and `DELETE ?cors` would delete the bucket.
+# document and `DELETE ?cors` would delete the bucket. `events` is MinIO's
+# ListenBucketNotification: answered with a listing, the MinIO SDKs' listeners re-asked in a
+# tight loop (thousands of listings a second), where a 501 ends them with an error.
 SUBRESOURCES = frozenset({
+    "events",
     "accelerate", "acl", "analytics", "attributes", "cors", "delete", "encryption",
     "intelligent-tiering", "inventory", "legal-hold", "lifecycle", "location", "logging",
     "metadataConfiguration", "metadataInventoryTable", "metadataJournalTable", "metadataTable",

@@ -337,9 +337,17 @@ def versioning_xml(status: str) -> bytes:
 def parse_versioning(body: bytes | str) -> str:
     """`Enabled` or `Suspended`; IllegalVersioningConfigurationException otherwise.
 
-    MFA delete cannot be enabled (we have no MFA devices): NotImplemented."""
+    MFA delete cannot be enabled (we have no MFA devices): NotImplemented. Its element is
+    matched in any case: the MinIO SDKs write `MFADelete`, AWS documents `MfaDelete`, and
+    an MFA delete asked for must never be dropped unnoticed. Any other element is
+    MalformedXML (it does not validate against S3's schema), and nothing changes."""
     root = _root(body, "VersioningConfiguration")
-    mfa = (child_text(root, "MfaDelete") or "").strip()
+    mfa = ""
+    for child in root:
+        if child.tag.lower() == "mfadelete":
+            mfa = (child.text or "").strip()
+        elif child.tag != "Status":
+            raise S3Error("MalformedXML", f"VersioningConfiguration has no element {child.tag}.")
     if mfa not in ("", "Disabled"):
         if mfa == "Enabled":
             raise S3Error("NotImplemented", "MFA delete is not supported.")

@@ -199,3 +199,25 @@ def test_a_head_with_a_sub_resource_is_method_not_allowed(gateway: Any, s3: Any,
     r = signed("HEAD", f"{gateway.url}/{path.format(b=bucket)}")
     assert r.status_code == 405
     assert r.headers.get("allow") == allow
+
+
+def test_minios_listen_bucket_notification_is_501(gateway: Any, s3: Any, bucket: str) -> None:
+    """MinIO's ListenBucketNotification (`GET /bucket?events=...`): answered with a
+    listing, the MinIO SDKs' listeners re-asked in a tight loop, thousands of listings a
+    second; a 501 ends them with an error."""
+    from tests.support.gateway import signed
+
+    r = signed("GET", f"{gateway.url}/{bucket}?events=s3%3AObjectCreated%3A%2A&prefix=&suffix=")
+    assert r.status_code == 501 and b"<Code>NotImplemented</Code>" in r.content
+
+
+def test_mfa_delete_in_the_minio_spelling_is_refused_and_changes_nothing(gateway: Any, s3: Any, bucket: str) -> None:
+    """The MinIO SDKs write `MFADelete`, AWS documents `MfaDelete`: either asks for MFA
+    delete, which crossbeat cannot give; it was dropped unnoticed and versioning enabled."""
+    from tests.support.gateway import signed
+
+    doc = (b'<VersioningConfiguration xmlns="http://s3.amazonaws.com/doc/2006-03-01/">'
+           b"<Status>Enabled</Status><MFADelete>Enabled</MFADelete></VersioningConfiguration>")
+    r = signed("PUT", f"{gateway.url}/{bucket}?versioning", doc)
+    assert r.status_code == 501 and b"MFA delete" in r.content
+    assert "Status" not in s3.get_bucket_versioning(Bucket=bucket)

@@ -146,6 +146,19 @@ def test_versioning_round_trip_and_never_versioned() -> None:
             "NotImplemented",
         ),
         (b"<VersioningConfiguration><Status>Enabled</Status>", "MalformedXML"),
+        # the MinIO SDKs' spelling: refused as AWS's is, not dropped (the status changed)
+        (
+            b"<VersioningConfiguration><Status>Enabled</Status><MFADelete>Enabled</MFADelete></VersioningConfiguration>",
+            "NotImplemented",
+        ),
+        (
+            b"<VersioningConfiguration><Status>Enabled</Status><MFADelete>Bogus</MFADelete></VersioningConfiguration>",
+            "IllegalVersioningConfigurationException",
+        ),
+        (
+            b"<VersioningConfiguration><Status>Enabled</Status><Mfa>Enabled</Mfa></VersioningConfiguration>",
+            "MalformedXML",
+        ),
     ],
 )
 def test_parse_versioning_errors(body: bytes, code: str) -> None:
