@@ -208,20 +208,37 @@ def run_pipelines(
     soon after its restart is restarted after a doubling delay (`restart_delay`), so that a
     failure that persists costs a restart a minute, not one every few seconds. A restart
     that fails (the broker still unreachable when the query's topics are checked) counts as
-    another failure of that query: the process stays up. Queries are stopped gracefully
-    when `stop` is set.
+    another failure of that query: the process stays up. A query that failed is one that is
+    no longer active or that has an exception: Spark can leave a failed query active with
+    no thread running it (see `retire`), and waiting for it to go inactive stalled the
+    pipeline for good. Queries are stopped gracefully when `stop` is set.
     """
     warm_workers(spark)
     queries = start_pipelines(spark, names, ps, rs)
     if on_ready is not None:
         on_ready([q.name for q in queries])
+    supervise(spark, queries, lambda name: _restart(spark, name, ps, rs), stop,
+              restart_delay_s=restart_delay_s)
+
+
+def supervise(
+    spark: Any,
+    queries: list[Any],
+    restart: Callable[[str], Any],
+    stop: threading.Event,
+    *,
+    restart_delay_s: float = 2.0,
+) -> None:
+    """`run_pipelines`' loop over running `queries`: until `stop` is set, restart (with
+    `restart(name)`, which returns the new query) each one that failed, then stop them."""
     reported: dict[str, int] = {}
     failures: dict[str, int] = {}  # failures in a row, by query
     started: dict[str, float] = {q.name: time.monotonic() for q in queries}
     try:
         while not stop.wait(1.0):
             for i, q in enumerate(queries):
-                if q.isActive:
+                error = q.exception()
+                if q.isActive and error is None:
                     _report(q, reported)
                     if time.monotonic() - started[q.name] > MAX_RESTART_DELAY_S:
                         failures.pop(q.name, None)  # it has run a while: a new failure is new
@@ -229,11 +246,12 @@ def run_pipelines(
                 failures[q.name] = failures.get(q.name, 0) + 1
                 delay = restart_delay(failures[q.name], restart_delay_s)
                 log.error("query %s stopped (%s); restarting in %.0f s (failure %d in a row)",
-                          q.name, q.exception(), delay, failures[q.name])
+                          q.name, error, delay, failures[q.name])
+                retire(spark, q)
                 if stop.wait(delay):
                     return
                 try:
-                    queries[i] = _restart(spark, q.name, ps, rs)
+                    queries[i] = restart(q.name)
                 except Exception as exc:  # noqa: BLE001 - e.g. the broker still away at restart
                     # the dead query stays in place: the next pass counts another failure and
                     # tries again after a longer delay, instead of the process exiting
@@ -244,6 +262,30 @@ def run_pipelines(
         for q in queries:
             if q.isActive:
                 q.stop()
+
+
+def retire(spark: Any, query: Any) -> None:
+    """Stop a failed query for good, so that one of its name can start again.
+
+    A query with async progress tracking whose batch fails can stay active for ever with
+    its thread gone (Spark 4.3's StreamExecution.runStream: `stopSources` closes the Python
+    source's runner, then the async cleanup's `commitAllSources` writes to it, throws
+    ClosedChannelException, and the query is never marked terminated nor taken out of the
+    active queries). Its `exception()` is set: the caller takes that for a failure. `stop()`
+    then returns at once, but the manager still holds the query under its name, and a
+    restart under that name fails ("a query with that name is already active"): the
+    manager is told it terminated (`notifyQueryTermination`, Spark's own step after
+    cleanup; a JVM method PySpark does not wrap), which is a no-op for a query that did
+    terminate. Failing here changes nothing: the restart then fails and is retried later.
+    """
+    try:
+        query.stop()
+    except Exception as exc:  # noqa: BLE001 - py4j or Spark's: a dead query's stop may fail
+        log.warning("stopping failed query %s: %s", query.name, exc)
+    try:
+        spark._jsparkSession.streams().notifyQueryTermination(query._jsq.streamingQuery())
+    except Exception as exc:  # noqa: BLE001 - a private Spark method: say so, go on
+        log.warning("could not unregister failed query %s: %s", query.name, exc)
 
 
 def restart_delay(failures: int, base: float, cap: float = MAX_RESTART_DELAY_S) -> float:
