@@ -1,5 +1,6 @@
-"""The pipelines' supervision loop restarts a query whose batch failed even when Spark
-leaves it "active": with async progress tracking (as the pipelines run) and a Python
+"""The pipelines' supervision loop restarts a query whose batch failed, trying again when
+a restart fails (the broker still away: the pipeline process exited), even when Spark
+leaves the failed query "active": with async progress tracking (as the pipelines run) and a Python
 source, a failed query kept isActive true with no thread running it, and the pipeline
 stalled for good after a broker outage (no restart, nothing logged). Real local Spark, a
 Python streaming source of counting numbers, and a batch function that fails once."""
@@ -88,9 +89,12 @@ def test_a_failed_query_left_active_by_spark_is_restarted(spark: Any, tmp_path: 
     flag.touch()
     first = _start(spark, tmp_path / "checkpoint", flag)
     restarted: list[Any] = []
+    attempts: list[str] = []
 
     def restart(name: str) -> Any:
-        assert name == "supervised"
+        attempts.append(name)
+        if len(attempts) == 1:  # as when the broker is still away: the loop must survive it
+            raise RuntimeError("cannot create topic crossbeat-replication: no answer in 30s")
         restarted.append(_start(spark, tmp_path / "checkpoint", flag))
         return restarted[-1]
 
@@ -104,6 +108,7 @@ def test_a_failed_query_left_active_by_spark_is_restarted(spark: Any, tmp_path: 
         wait_until(lambda: bool(restarted) and len(restarted[-1].recentProgress) >= 3, timeout=120,
                    interval=0.2, what="the query restarted and running batches")
         assert restarted[-1].isActive and restarted[-1].exception() is None
+        assert attempts == ["supervised", "supervised"]  # the failed restart was tried again
         assert [q.name for q in spark.streams.active] == ["supervised"]
     finally:
         stop.set()
