@@ -162,3 +162,21 @@ def test_a_record_the_broker_does_not_take_fails_the_write(spark: Any, broker: S
     df = spark.createDataFrame([("ok", 0), ("nowhere", 7)], "value string, partition int")
     with pytest.raises(Exception, match="a record could not be written"):
         writer(df, broker, topic=topic).mode("append").save()
+
+
+@pytest.mark.parametrize("acks", ["1", "0"])
+def test_acks_below_all_turn_the_default_idempotence_off(spark: Any, broker: Service, acks: str) -> None:
+    """As Java's producer under Spark's sink: `kafka.acks=1` (or 0) without
+    `kafka.enable.idempotence` writes, idempotence turned off; the sink's idempotence
+    default made librdkafka refuse the pair. Asked for together, they are still refused."""
+    from crossbeat.spark.sink import parse_sink_options
+
+    topic = fresh_topic(broker, partitions=1)
+    df = spark.createDataFrame([(b"k", b"v")], "key binary, value binary")
+    writer(df, broker, topic=topic, **{"kafka.acks": acks}).mode("append").save()
+    assert [m.value() for m in read_all(broker, topic, 1, partitions=1)] == [b"v"]
+    assert "enable.idempotence" not in parse_sink_options(
+        {"kafka.bootstrap.servers": broker.address, "kafka.acks": acks}).config
+    with pytest.raises(ValueError, match="librdkafka refuses them"):
+        parse_sink_options({"kafka.bootstrap.servers": broker.address, "kafka.acks": acks,
+                            "kafka.enable.idempotence": "true"})

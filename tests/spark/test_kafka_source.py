@@ -619,3 +619,45 @@ def test_a_record_stamped_at_the_epoch_has_that_timestamp(spark: Any, broker: Se
     [row] = _batch(spark, broker, subscribe=topic).collect()
     assert row.timestampType == 0
     assert row.timestamp.replace(tzinfo=None) == datetime.datetime.fromtimestamp(0)
+
+
+def test_named_offsets_must_exist_and_a_start_past_the_end_is_not_read_from_earliest(broker: Service) -> None:
+    """As Spark's Kafka source: a partition an offsets JSON names must exist (it was read as
+    lost data, or silently ignored); a start past a partition's end fails a batch read
+    whatever failOnDataLoss says, and a streaming query starts that partition at its latest
+    offset (failOnDataLoss=false) or fails. Records before the requested start were read."""
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    from crossbeat.spark.kafka_client import DataLossError, close_readers
+    from crossbeat.spark.source import KafkaBatchReader, KafkaStreamReader
+
+    topic = fresh_topic(broker, partitions=1)
+    produce(broker, topic, 3)
+    base = {"kafka.bootstrap.servers": broker.address, "subscribe": topic}
+    missing = orjson.dumps({topic: {"0": 0, "5": 0}}).decode()
+    past = orjson.dumps({topic: {"0": 100}}).decode()
+    for lossy in ("true", "false"):
+        with pytest.raises(ValueError, match=rf"names {topic}\[5\], which does not exist"):
+            KafkaBatchReader({**base, "startingOffsets": missing, "failOnDataLoss": lossy}).partitions()
+        with pytest.raises(ValueError, match=rf"names {topic}\[5\], which does not exist"):
+            KafkaBatchReader({**base, "endingOffsets": missing, "failOnDataLoss": lossy}).partitions()
+        with pytest.raises(ValueError, match="Beginning offset 100 is after the ending offset 3"):
+            KafkaBatchReader({**base, "startingOffsets": past, "failOnDataLoss": lossy}).partitions()
+    strict = KafkaStreamReader({**base, "startingOffsets": past})
+    lenient = KafkaStreamReader({**base, "startingOffsets": past, "failOnDataLoss": "false"})
+    try:
+        with pytest.raises(ValueError, match=rf"names {topic}\[5\], which does not exist"):
+            KafkaStreamReader({**base, "startingOffsets": missing}).initialOffset()
+        with pytest.raises(DataLossError, match="startingOffsets 100 is past the end"):
+            strict.initialOffset()
+        start = lenient.initialOffset()
+        assert start == {topic: {"0": 3}}  # its latest offset: a, b, c are not read
+        produce(broker, topic, 1, start=3)
+        end = lenient.latestOffset(start, ReadAllAvailable())
+        rows = [orjson.loads(v)["i"] for p in lenient.partitions(start, end)
+                for batch in lenient.read(p) for v in batch.column("value").to_pylist()]
+        assert rows == [3]
+    finally:
+        strict.stop()
+        lenient.stop()
+        close_readers()

@@ -10,7 +10,8 @@ message naming it):
 - other `kafka.*` options are passed to librdkafka's producer (`kafka.acks`,
   `kafka.compression.type`, `kafka.linger.ms`, security settings, ...), which refuses what
   it does not know. The sink's defaults: `enable.idempotence=true` (librdkafka's retries
-  never write a record twice) and `partitioner=murmur2_random`, Java's partitioner, so a
+  never write a record twice; off when `kafka.acks` is 0 or 1 and idempotence was not
+  set, as Java's producer turns it off) and `partitioner=murmur2_random`, Java's partitioner, so a
   key lands in the partition Spark's own Kafka sink (and any Java producer) would pick.
   `kafka.transactional.id` is refused: the sink is not transactional.
 
@@ -104,6 +105,11 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
                 raise ValueError(f"Kafka option 'kafka.{name}' is not supported: {_REFUSED[name]}")
             config[name] = value
     config["bootstrap.servers"] = brokers
+    acks = str(config.get("acks", config.get("request.required.acks", "all"))).strip().lower()
+    if acks not in ("all", "-1") and "kafka.enable.idempotence" not in opts:
+        # as Java's producer (which Spark's sink uses): idempotence not asked for is turned
+        # off by acks other than all, where librdkafka refused the pair
+        config.pop("enable.idempotence")
     topic = opts.get("topic")
     if topic is not None and not topic.strip():
         raise ValueError("crossbeat-kafka sink: option topic is empty")

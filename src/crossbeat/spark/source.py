@@ -14,8 +14,11 @@ not take fails its start):
   `{"topic": [0, 1]}`: exactly these partitions);
 - `startingOffsets`: `earliest` (default), `latest` (streaming only), or JSON
   `{"topic": {"0": 42}}` where -2 means earliest and -1 latest (streaming only); a
-  partition the JSON does not name starts at its earliest offset. Streaming: used only
-  when the query has no checkpoint yet;
+  partition the JSON does not name starts at its earliest offset, one it names must
+  exist. An offset past the partition's latest one is an error in a batch read (Spark's
+  "Beginning offset … is after the ending offset"); streaming, it is data loss under
+  `failOnDataLoss` (false: the partition starts at its latest offset, as Spark's does).
+  Streaming: used only when the query has no checkpoint yet;
 - `startingTimestamp` (a timestamp in ms since the epoch, for every partition) or
   `startingOffsetsByTimestamp` (JSON `{"topic": {"0": 1700000000000}}`; a partition it
   does not name starts at its earliest offset, one it names must exist): start each
@@ -28,8 +31,8 @@ not take fails its start):
   ("No offset matched from request of topic-partition …"); `latest` starts that partition
   at its latest offset;
 - `endingOffsets` (batch only): `latest` (default) or JSON as above (-1 latest; a
-  partition not named ends at its latest offset; an offset past the latest one reads to
-  the latest one);
+  partition not named ends at its latest offset, one named must exist; an offset past
+  the latest one reads to the latest one);
 - `endingTimestamp` / `endingOffsetsByTimestamp` (batch only, same forms and precedence
   over `endingOffsets` as the starting ones): end each partition before its first record
   whose timestamp is at or after the timestamp; a partition with none, or not named,
@@ -169,6 +172,24 @@ def read_ranges(opts: SourceOptions, partition: InputPartition) -> Iterator[Any]
             fail_on_data_loss=opts.fail_on_data_loss, include_headers=opts.include_headers,
             settings=opts.settings,
         )
+
+
+def named_offsets(doc: Offsets, low: Offsets, high: Offsets, option: str) -> Offsets:
+    """The offsets an offsets JSON (`option`: startingOffsets, endingOffsets) names, its
+    sentinels resolved; ValueError for a partition it names that does not exist (Spark's
+    "you must specify all TopicPartitions" check, for the partitions named)."""
+    for topic, parts in doc.items():
+        for p in parts:
+            if p not in high.get(topic, {}):
+                raise ValueError(f"option {option} names {topic}[{p}], which does not exist")
+    return resolve(doc, low, high)
+
+
+def past_the_end(start: Offsets, high: Offsets) -> list[tuple[str, str, int, int]]:
+    """(topic, partition, offset, latest offset) of each starting offset past its
+    partition's latest offset."""
+    return [(t, p, off, high[t][p]) for t, parts in start.items() for p, off in parts.items()
+            if p in high.get(t, {}) and off > high[t][p]]
 
 
 def timestamp_offsets(
@@ -313,8 +334,18 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                                       no_match=self.opts.no_match)
             return merge_new_partitions(found, high, low)
         assert isinstance(self.opts.starting, dict)
-        # A named offset no longer available is reported by the first latestOffset.
-        return merge_new_partitions(resolve(self.opts.starting, low, high), high, low)
+        # A named offset no longer available is reported by the first latestOffset. One past
+        # the end was never there: data loss, or (failOnDataLoss=false) start at the latest
+        # offset, as Spark's source does; not the earliest, where a checkpoint's offset past
+        # the end (a topic recreated smaller) resumes
+        named = named_offsets(self.opts.starting, low, high, "startingOffsets")
+        ahead = past_the_end(named, high)
+        kafka_client.report_loss(
+            [f"{t}[{p}]: startingOffsets {off} is past the end of the partition ({hi}): it "
+             f"starts at its latest offset" for t, p, off, hi in ahead], self.opts.fail_on_data_loss)
+        for t, p, _, hi in ahead:
+            named[t][p] = hi
+        return merge_new_partitions(named, high, low)
 
     def getDefaultReadLimit(self) -> ReadLimit:
         # PySpark has no composite limit: ReadMinRows stands for minOffsetsPerTrigger with
@@ -419,7 +450,14 @@ class KafkaBatchReader(DataSourceReader):
             low, high = wm.offsets(self.opts.subscription.partitions(wm))
             start = low
             if isinstance(self.opts.starting, dict):
-                start = merge_new_partitions(resolve(self.opts.starting, low, high), high, low)
+                named = named_offsets(self.opts.starting, low, high, "startingOffsets")
+                for t, p, off, hi in past_the_end(named, high):
+                    # Spark's message (KafkaSourceRDD), whatever failOnDataLoss says
+                    raise ValueError(
+                        f"Beginning offset {off} is after the ending offset {hi} for topic {t} "
+                        f"partition {p}. You either provided an invalid fromOffset, or the Kafka "
+                        "topic has been damaged")
+                start = merge_new_partitions(named, high, low)
             elif isinstance(self.opts.starting, Timestamps):
                 start = merge_new_partitions(
                     timestamp_offsets(wm, self.opts.starting, high, no_match=self.opts.no_match),
@@ -437,7 +475,7 @@ class KafkaBatchReader(DataSourceReader):
             end = {t: {p: ending.get(t, {}).get(p, hi) for p, hi in parts.items()}
                    for t, parts in high.items()}
         elif isinstance(self.opts.ending, dict):
-            named = resolve(self.opts.ending, low, high)
+            named = named_offsets(self.opts.ending, low, high, "endingOffsets")
             end = {
                 t: {p: min(hi, named.get(t, {}).get(p, hi)) for p, hi in parts.items()}
                 for t, parts in high.items()
