@@ -168,7 +168,7 @@ def test_connect_and_streams_internal_topics(broker: BrokerProcess) -> None:
         assert (entries["max.compaction.lag.ms"].value, entries["preallocate"].value,
                 entries["file.delete.delay.ms"].value) == (str(2**63 - 1), "false", "60000")
         assert ConfigSource(entries["flush.ms"].source) == ConfigSource.DEFAULT_CONFIG
-        assert len(entries) == 25
+        assert len(entries) == 28  # every config accepted (topic_configs.CONFIGS)
     # Connect refuses to start unless its topics' policy is exactly compact
     for name in ("connect-configs", "connect-offsets", "connect-status"):
         policy = described[name]["cleanup.policy"].value
@@ -193,7 +193,7 @@ def test_kafka_python_creates_and_describes_a_compacted_topic(broker: BrokerProc
     finally:
         admin.close()
     assert {k: c["value"] for k, c in modified.items()} == configs  # the topic's own
-    assert len(every) == 25 and every["delete.retention.ms"]["value"] == "100"
+    assert len(every) == 28 and every["delete.retention.ms"]["value"] == "100"
 
 
 def test_a_compacted_topic_refuses_records_without_a_key(broker: BrokerProcess) -> None:
