@@ -115,11 +115,11 @@ class _Timestamps:
     without a timestamp (-1) is not checked, as in Kafka."""
 
     def __init__(self, window: tuple[int, int] | None) -> None:
-        self.window = window
+        self.low, self.high = window if window is not None else (-(2**63), 2**63 - 1)
         self.bad: list[tuple[int, str]] = []
 
     def check(self, timestamp: int, index: int) -> None:
-        low, high = self.window or (timestamp, timestamp)
+        low, high = self.low, self.high
         if timestamp != -1 and not low <= timestamp <= high:
             self.bad.append((index, f"Timestamp {timestamp} of message with offset {index} is "
                                     f"out of range. The timestamp should be within [{low}, {high}]"))

@@ -174,14 +174,19 @@ def read_ranges(opts: SourceOptions, partition: InputPartition) -> Iterator[Any]
         )
 
 
-def named_offsets(doc: Offsets, low: Offsets, high: Offsets, option: str) -> Offsets:
-    """The offsets an offsets JSON (`option`: startingOffsets, endingOffsets) names, its
-    sentinels resolved; ValueError for a partition it names that does not exist (Spark's
-    "you must specify all TopicPartitions" check, for the partitions named)."""
-    for topic, parts in doc.items():
+def require_existing(named: Offsets, high: Offsets, option: str) -> None:
+    """ValueError for a partition option `option` names (topic -> partitions) that does not
+    exist (Spark's "you must specify all TopicPartitions" check, for the partitions named)."""
+    for topic, parts in named.items():
         for p in parts:
             if p not in high.get(topic, {}):
                 raise ValueError(f"option {option} names {topic}[{p}], which does not exist")
+
+
+def named_offsets(doc: Offsets, low: Offsets, high: Offsets, option: str) -> Offsets:
+    """The offsets an offsets JSON (`option`: startingOffsets, endingOffsets) names, its
+    sentinels resolved; ValueError for a partition it names that does not exist."""
+    require_existing(doc, high, option)
     return resolve(doc, low, high)
 
 
@@ -200,12 +205,8 @@ def timestamp_offsets(
     or after the given one. A partition with no such record: its latest offset (ending
     bounds, `no_match` None or "latest"), or ValueError (`no_match` "error"). ValueError
     too for a partition `spec` names that does not exist."""
+    require_existing(spec.partitions, high, spec.option)
     wanted: Offsets = {}
-    for topic, parts in spec.partitions.items():
-        for p in parts:
-            if p not in high.get(topic, {}):
-                raise ValueError(f"option {spec.option} names {topic}[{p}], which does not "
-                                 "exist")
     for topic, parts in high.items():
         for p in parts:
             ts = spec.of(topic, p)

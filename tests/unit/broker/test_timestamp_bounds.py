@@ -10,24 +10,21 @@ import time
 from typing import Any
 
 import pytest
-from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from crossbeat.broker.codec import APIS
 from crossbeat.broker.errors import ErrorCode
 from tests.unit.broker.conftest import LoopBroker, call
 from tests.unit.broker.test_topic_configs import _create
+from tests.unit.stream.conftest import make_batch
 
 HOUR_MS = 3_600_000
 BATCH_MESSAGE = "One or more records have been rejected due to invalid timestamp"
 
 
 def batch(records: list[tuple[bytes | None, int]]) -> bytearray:
-    builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=False,
-                                        producer_id=-1, producer_epoch=-1, base_sequence=-1,
-                                        batch_size=1 << 30)
-    for i, (key, ts) in enumerate(records):
-        builder.append(i, timestamp=ts, key=key, value=b"v", headers=[])
-    return builder.build()
+    """One batch of records with these (key, timestamp)."""
+    return make_batch([b"v"] * len(records), keys=[k for k, _ in records],
+                      timestamps=[ts for _, ts in records])
 
 
 def produce(sock: Any, topic: str, records: bytearray) -> Any:

@@ -20,8 +20,9 @@ def make_batch(
     producer_epoch: int = -1,
     base_sequence: int = -1,
     timestamps: list[int] | None = None,
+    keys: list[bytes | None] | None = None,
 ) -> bytearray:
-    """A real Kafka RecordBatch v2 (uncompressed) holding `values`."""
+    """A real Kafka RecordBatch v2 (uncompressed) holding `values` (keys None unless given)."""
     builder = DefaultRecordBatchBuilder(
         magic=2,
         compression_type=0,
@@ -33,7 +34,8 @@ def make_batch(
     )
     for i, value in enumerate(values):
         ts = timestamps[i] if timestamps is not None else timestamp + i
-        builder.append(i, timestamp=ts, key=None, value=value, headers=[])
+        builder.append(i, timestamp=ts, key=keys[i] if keys is not None else None, value=value,
+                       headers=[])
     return builder.build()
 
 
